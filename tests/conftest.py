@@ -1,0 +1,39 @@
+"""Shared fixtures: seeds, weight randomisation, and access to the optional reference library."""
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@torch.no_grad()
+def randomize_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
+    """Give every parameter random values, norm weights included (around 1, never all ones),
+    so that a wrong mapping between two implementations cannot hide behind ones and zeros."""
+    for name, p in module.named_parameters():
+        if "norm" in name and name.endswith("weight"):
+            p.copy_(1.0 + 0.3 * torch.randn_like(p))
+        else:
+            p.normal_(0.0, std)
+    return module
+
+
+def require(package: str):
+    """Import ``package`` for a reference comparison. Outside CI a missing package skips the
+    test with the reason; in CI (``CI`` set) it fails, so reference tests can never be skipped."""
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{package} is required in CI for the reference tests")
+        pytest.skip(f"{package} is not installed: reference comparison skipped "
+                    f"(pip install -r requirements.txt)")

@@ -1,0 +1,188 @@
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from transformer_lib.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    repeat_kv,
+    scaled_dot_product_attention,
+)
+
+from conftest import randomize_
+
+# fp32 comparisons: ~1e-6 relative error per op over a few ops -> 1e-5 absolute on O(1) values.
+ATOL = 1e-5
+
+
+def test_matches_torch_sdpa_with_and_without_mask():
+    q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8)
+    v = torch.randn(2, 3, 7, 6)  # Dv differs from D (claim C1)
+    out, w = scaled_dot_product_attention(q, k, v)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=ATOL)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3, 5), atol=1e-6)  # claim C2
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True  # every query sees at least one key
+    out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    # F.scaled_dot_product_attention's boolean attn_mask uses the same convention: True = attend.
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=ATOL)
+
+
+def test_scale_uses_head_dim():
+    q, k, v = torch.randn(1, 4, 64), torch.randn(1, 6, 64), torch.randn(1, 6, 64)
+    _, w = scaled_dot_product_attention(q, k, v)
+    expected = torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1)  # √64 = 8 (claim C1)
+    assert torch.allclose(w, expected, atol=1e-6)
+
+
+def test_masked_positions_get_exactly_zero_weight():
+    q, k, v = torch.randn(1, 4, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    _, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(4))
+    assert (w[0].triu(1) == 0).all()  # claim C7
+    assert torch.allclose(w.sum(-1), torch.ones(1, 4), atol=1e-6)
+
+
+def test_fully_masked_row_gives_zeros_not_nan():
+    q, k, v = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5, 4)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    assert not torch.isnan(out).any()
+    assert (w[1] == 0).all() and (out[1] == 0).all()
+    assert torch.allclose(w[0].sum(), torch.tensor(1.0))
+
+
+def test_causal_mask_square_and_with_cached_prefix():
+    assert torch.equal(causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
+    m = causal_mask(2, 5)  # 3 cached positions, queries at absolute positions 3 and 4
+    assert torch.equal(m, torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool))
+    assert torch.equal(causal_mask(3, 7), causal_mask(7)[-3:])
+
+
+def test_repeat_kv_interleaves_heads():
+    x = torch.randn(2, 3, 5, 4)
+    r = repeat_kv(x, 2)
+    assert r.shape == (2, 6, 5, 4)
+    assert torch.equal(r, torch.repeat_interleave(x, 2, dim=1))
+    assert torch.equal(r[:, 1], x[:, 0]) and torch.equal(r[:, 2], x[:, 1])  # not tiled
+    assert repeat_kv(x, 1) is x
+
+
+def test_gqa_matches_torch_sdpa_enable_gqa():
+    q, k, v = torch.randn(2, 8, 5, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
+    ours, _ = scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), mask=causal_mask(5))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.allclose(ours, ref, atol=ATOL)
+
+
+def _from_torch_mha(ref: nn.MultiheadAttention) -> MultiHeadAttention:
+    ours = MultiHeadAttention(ref.embed_dim, ref.num_heads)
+    with torch.no_grad():
+        wq, wk, wv = ref.in_proj_weight.chunk(3)
+        bq, bk, bv = ref.in_proj_bias.chunk(3)
+        for proj, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv),
+                           (ours.o_proj, ref.out_proj.weight, ref.out_proj.bias)):
+            proj.weight.copy_(w)
+            proj.bias.copy_(b)
+    return ours
+
+
+@pytest.fixture
+def mha_pair():
+    ref = randomize_(nn.MultiheadAttention(32, 4, batch_first=True)).eval()
+    return ref, _from_torch_mha(ref).eval()
+
+
+def test_mha_self_attention_matches_torch(mha_pair):
+    ref, ours = mha_pair
+    x = torch.randn(2, 6, 32)
+    expected, ref_w = ref(x, x, x, average_attn_weights=False)
+    assert torch.allclose(ours(x), expected, atol=ATOL)
+    assert ours.last_weights.shape == (2, 4, 6, 6)
+    assert torch.allclose(ours.last_weights, ref_w, atol=1e-6)
+
+
+def test_mha_cross_attention_matches_torch(mha_pair):
+    ref, ours = mha_pair
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 9, 32)
+    expected, _ = ref(x, memory, memory)
+    assert torch.allclose(ours(x, memory), expected, atol=ATOL)
+    assert ours.last_weights.shape == (2, 4, 5, 9)
+
+
+def test_mha_key_padding_matches_torch(mha_pair):
+    ref, ours = mha_pair
+    x = torch.randn(2, 6, 32)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[0, 4:] = True  # torch convention: True = padding, ignore
+    expected, _ = ref(x, x, x, key_padding_mask=pad)
+    got = ours(x, mask=~pad[:, None, None, :])  # ours: True = may attend
+    assert torch.allclose(got, expected, atol=ATOL)
+    assert (ours.last_weights[0, :, :, 4:] == 0).all()
+
+
+def test_mha_causal_matches_torch(mha_pair):
+    ref, ours = mha_pair
+    x = torch.randn(2, 6, 32)
+    torch_mask = nn.Transformer.generate_square_subsequent_mask(6)  # float, -inf above diagonal
+    expected, _ = ref(x, x, x, attn_mask=torch_mask)
+    assert torch.allclose(ours(x, mask=causal_mask(6)), expected, atol=ATOL)
+
+
+def test_mha_gqa_equals_explicit_reference():
+    attn = randomize_(MultiHeadAttention(32, 8, n_kv_heads=2, bias=False)).eval()
+    assert attn.k_proj.weight.shape == (8, 32)  # H_kv * D = 2 * 4
+    x = torch.randn(2, 5, 32)
+    q = attn.q_proj(x).view(2, 5, 8, 4).transpose(1, 2)
+    k = attn.k_proj(x).view(2, 5, 2, 4).transpose(1, 2)
+    v = attn.v_proj(x).view(2, 5, 2, 4).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    expected = attn.o_proj(o.transpose(1, 2).reshape(2, 5, 32))
+    assert torch.allclose(attn(x, mask=causal_mask(5)), expected, atol=ATOL)
+
+
+def test_mqa_single_kv_head():
+    attn = MultiHeadAttention(16, 4, n_kv_heads=1)
+    assert attn.n_rep == 4 and attn.v_proj.out_features == 4
+    assert attn(torch.randn(1, 3, 16)).shape == (1, 3, 16)
+
+
+def test_dropout_only_in_training():
+    attn = randomize_(MultiHeadAttention(16, 2, dropout=0.5))
+    x = torch.randn(1, 8, 16)
+    attn.eval()
+    assert torch.equal(attn(x), attn(x))
+    attn.train()
+    assert not torch.allclose(attn(x), attn(x))
+
+
+def test_bad_head_counts_are_rejected():
+    with pytest.raises(ValueError, match=r"d_model \(10\) must be divisible by n_heads \(3\)"):
+        MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"n_heads \(6\) must be divisible by n_kv_heads \(4\)"):
+        MultiHeadAttention(12, 6, n_kv_heads=4)
+
+
+def test_mask_that_does_not_broadcast_is_rejected():
+    q = torch.randn(2, 4, 8)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 4\) does not broadcast .*\(2, 4, 4\)"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(3, 4, dtype=torch.bool))
+
+
+def test_non_boolean_mask_is_rejected():
+    q = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="boolean"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(4, 4))
+
+
+def test_wrong_input_width_is_rejected():
+    with pytest.raises(ValueError, match=r"\(B, T, 16\), got \(1, 3, 8\)"):
+        MultiHeadAttention(16, 2)(torch.randn(1, 3, 8))
+
+
+def test_bad_causal_mask_sizes_are_rejected():
+    with pytest.raises(ValueError, match="T=5, S=3"):
+        causal_mask(5, 3)

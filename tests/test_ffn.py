@@ -1,0 +1,43 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.ffn import FeedForward, SwiGLU
+
+from conftest import randomize_, require
+
+
+def test_feedforward_is_the_2017_formula():
+    ffn = randomize_(FeedForward(16, 64)).eval()
+    x = torch.randn(3, 5, 16)
+    h = torch.clamp(x @ ffn.w_1.weight.T + ffn.w_1.bias, min=0)  # max(0, x W1 + b1)
+    assert torch.allclose(ffn(x), h @ ffn.w_2.weight.T + ffn.w_2.bias, atol=1e-5)
+
+
+def test_swiglu_matches_hf_llama_mlp():
+    llama = require("transformers.models.llama.modeling_llama")
+    transformers = require("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=16, intermediate_size=40, num_attention_heads=2)
+    ref = randomize_(llama.LlamaMLP(cfg))
+    ours = SwiGLU(16, 40)
+    ours.load_state_dict(ref.state_dict())  # same names: gate_proj, up_proj, down_proj
+    x = torch.randn(3, 5, 16)
+    assert torch.allclose(ours(x), ref(x), atol=1e-5)
+    manual = (F.silu(x @ ours.gate_proj.weight.T) * (x @ ours.up_proj.weight.T)) @ ours.down_proj.weight.T
+    assert torch.allclose(ours(x), manual, atol=1e-5)
+
+
+def test_swiglu_with_eight_thirds_width_matches_ffn_parameter_count():
+    # Claim C27: three matrices of d·h with h = 8/3·d equal two matrices of d·4d.
+    d = 48
+    swiglu = SwiGLU(d, 8 * d // 3)
+    n_swiglu = sum(p.numel() for p in swiglu.parameters())
+    ffn = FeedForward(d, 4 * d)
+    n_ffn_weights = sum(p.numel() for n, p in ffn.named_parameters() if n.endswith("weight"))
+    assert n_swiglu == 3 * d * (8 * d // 3) == n_ffn_weights == 8 * d * d
+
+
+@pytest.mark.parametrize("cls", [FeedForward, SwiGLU])
+def test_bad_ffn_sizes_are_rejected(cls):
+    with pytest.raises(ValueError, match=r"d_model \(8\) and d_ff \(0\)"):
+        cls(8, 0)

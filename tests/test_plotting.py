@@ -1,0 +1,214 @@
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")  # no windows; must come before pyplot is imported
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.patches import Rectangle
+from matplotlib.text import Annotation
+
+from transformer_lib import plotting
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def _softmax_rows(T: int, S: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(T, S, generator=generator).softmax(dim=-1)  # (T, S)
+
+
+def _arrows(ax, prefix: str) -> list[Annotation]:
+    return [t for t in ax.texts if isinstance(t, Annotation) and t.get_label().startswith(prefix)]
+
+
+# attention_heatmap ---------------------------------------------------------------------
+
+
+def test_attention_heatmap_shows_weights_labels_and_unit_colour_range():
+    weights = _softmax_rows(3, 4)
+    fig, ax = plotting.attention_heatmap(weights, ["a", "b", "c", "d"], ["x", "y", "z"], title="map")
+    image = ax.images[0]
+    np.testing.assert_allclose(np.asarray(image.get_array()), weights.numpy(), rtol=0, atol=1e-7)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c", "d"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
+    assert image.get_clim() == (0.0, 1.0)
+    assert image.colorbar is not None and image.colorbar.mappable is image
+    assert ax.get_title() == "map"
+    assert fig is ax.figure
+
+
+def test_attention_heatmap_draws_on_given_axes():
+    fig, ax = plt.subplots()
+    fig_out, ax_out = plotting.attention_heatmap(np.eye(2))
+    assert ax_out is not ax  # None -> new figure
+    fig_out, ax_out = plotting.attention_heatmap(np.eye(2), ax=ax)
+    assert ax_out is ax and fig_out is fig
+
+
+def test_attention_heatmap_values_and_reference_outlines():
+    weights = np.array([[0.25, 0.75], [1.0, 0.0]])
+    reference = np.array([[0, 1], [1, 0]], dtype=bool)  # mirrored diagonal
+    _, ax = plotting.attention_heatmap(weights, show_values=True, reference=reference)
+    assert sorted(t.get_text() for t in ax.texts) == ["0.00", "0.25", "0.75", "1.00"]
+    outlines = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert sorted(p.get_xy() for p in outlines) == [(-0.5, 0.5), (0.5, -0.5)]  # cells (0,1), (1,0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(weights=np.ones((2, 6)), x_labels=list("abcde")), "x_labels has 5 entries but weights has 6 columns"),
+        (dict(weights=np.ones((2, 3)), y_labels=list("abc")), "y_labels has 3 entries but weights has 2 rows"),
+        (dict(weights=np.ones((2, 3, 4))), r"got shape \(2, 3, 4\)"),
+        (dict(weights=np.ones((2, 3)), reference=np.ones((3, 2))), r"reference has shape \(3, 2\)"),
+    ],
+)
+def test_attention_heatmap_bad_shapes_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.attention_heatmap(**kwargs)
+
+
+# attention_text ------------------------------------------------------------------------
+
+
+def test_attention_text_identity_exact():
+    text = plotting.attention_text(torch.eye(3), ["a", "b", "c"], ["x", "y", "z"])
+    expected = "\n".join([
+        "    a  b  c   <- key",
+        "x   @",
+        "y      @",
+        "z         @",
+        "^ query",
+        "scale: ' .:-=+*#%@' = weight 0 ... 1",
+    ])
+    assert text == expected
+
+
+def test_attention_text_ramp_and_alignment():
+    weights = np.array([[0.0, 0.5, 0.95, 0.12]])
+    lines = plotting.attention_text(weights, y_labels=["BOS"], key_name="source", query_name="step").split("\n")
+    assert lines[0] == "      0  1  2  3   <- source"
+    assert lines[1] == "BOS      +  @  ."
+    assert lines[2] == "  ^ step"
+    ramp = plotting.TEXT_RAMP
+    assert ramp.index("+") in (len(ramp) // 2 - 1, len(ramp) // 2)  # 0.5 is a middle character
+    # Each cell's character sits under the last character of its key label.
+    assert [lines[1][lines[0].index(key)] for key in "123"] == ["+", "@", "."]
+
+
+def test_attention_text_label_mismatch_raises():
+    with pytest.raises(ValueError, match="x_labels has 2 entries but weights has 3 columns"):
+        plotting.attention_text(np.eye(3), x_labels=["a", "b"])
+
+
+# positional_heatmap --------------------------------------------------------------------
+
+
+def _sinusoidal(T: int, C: int) -> np.ndarray:
+    position = np.arange(T)[:, None]  # (T, 1)
+    frequency = 10000.0 ** (-np.arange(0, C, 2) / C)  # (C/2,)
+    pe = np.zeros((T, C))
+    pe[:, 0::2] = np.sin(position * frequency)
+    pe[:, 1::2] = np.cos(position * frequency)
+    return pe
+
+
+def test_positional_heatmap_symmetric_signed_scale():
+    pe = _sinusoidal(10, 8)
+    fig, ax = plotting.positional_heatmap(torch.tensor(pe), title="PE")
+    image = ax.images[0]
+    np.testing.assert_allclose(np.asarray(image.get_array()), pe, rtol=0, atol=1e-12)
+    assert image.get_clim() == (-1.0, 1.0)
+    assert image.get_cmap().name == plotting.SIGNED_CMAP
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("channel", "position")
+
+
+def test_positional_heatmap_widens_scale_symmetrically():
+    _, ax = plotting.positional_heatmap(np.array([[0.5, -3.0], [2.0, 0.0]]))
+    assert ax.images[0].get_clim() == (-3.0, 3.0)
+    with pytest.raises(ValueError, match=r"got shape \(4,\)"):
+        plotting.positional_heatmap(np.zeros(4))
+
+
+# rope_rotation -------------------------------------------------------------------------
+
+
+def test_rope_rotation_arrow_ends_are_rotated_vectors():
+    q, k, theta = np.array([0.8, 0.3]), np.array([-0.2, 0.9]), 0.4
+    positions = [0, 1, 2, 5]
+    fig, ax = plotting.rope_rotation(torch.tensor(q), positions, theta, k=k)
+    for name, v in (("q", q), ("k", k)):
+        arrows = _arrows(ax, f"{name},")
+        assert len(arrows) == len(positions)
+        for arrow, m in zip(arrows, positions):
+            c, s = math.cos(m * theta), math.sin(m * theta)
+            expected = (c * v[0] - s * v[1], s * v[0] + c * v[1])
+            np.testing.assert_allclose(arrow.xy, expected, rtol=0, atol=1e-12)
+            assert arrow.get_label() == f"{name}, m={m}"
+            np.testing.assert_allclose(arrow.xyann, (0, 0))  # from the origin
+    assert "m=5: 2.00 rad" in [t.get_text() for t in ax.texts]
+    assert ax.get_aspect() == 1.0
+
+
+def test_rope_rotation_without_k_and_bad_shape():
+    _, ax = plotting.rope_rotation([1.0, 0.0], [0, 1, 2], 0.5)
+    assert len(_arrows(ax, "q,")) == 3 and _arrows(ax, "k,") == []
+    with pytest.raises(ValueError, match=r"q must have 2 entries .* got shape \(3,\)"):
+        plotting.rope_rotation(np.ones(3), [0], 0.1)
+
+
+# lr_schedule ---------------------------------------------------------------------------
+
+
+def test_lr_schedule_plots_function_and_marks_peak():
+    d_model, warmup = 64, 40
+    noam = lambda step: d_model**-0.5 * min(max(step, 1) ** -0.5, max(step, 1) * warmup**-1.5)  # noqa: E731
+    steps = 200
+    fig, ax = plotting.lr_schedule(noam, steps)
+    expected = np.array([noam(s) for s in range(steps)])
+    line = ax.lines[0]
+    np.testing.assert_array_equal(line.get_xdata(), np.arange(steps))
+    np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
+    annotations = [t for t in ax.texts if isinstance(t, Annotation)]
+    assert len(annotations) == 1
+    peak = int(np.argmax(expected))
+    assert peak == warmup
+    assert annotations[0].xy == (peak, expected[peak])
+    assert f"step {peak}" in annotations[0].get_text()
+
+
+def test_lr_schedule_without_peak_mark_on_given_axes():
+    fig, ax = plt.subplots()
+    fig_out, ax_out = plotting.lr_schedule(lambda s: 0.1 * s, 5, ax=ax, mark_peak=False)
+    assert (fig_out, ax_out) == (fig, ax)
+    assert len(ax.lines) == 1 and len(ax.texts) == 0
+
+
+# loss_curve ----------------------------------------------------------------------------
+
+
+def test_loss_curve_data_steps_and_log_scale():
+    history = {"loss": [3.0, 2.0, 1.5, 1.2], "step": [10, 20, 30, 40]}
+    _, ax = plotting.loss_curve(history, log_y=True, title="training")
+    line = ax.lines[0]
+    np.testing.assert_array_equal(line.get_ydata(), history["loss"])
+    np.testing.assert_array_equal(line.get_xdata(), history["step"])
+    assert ax.get_yscale() == "log" and ax.get_title() == "training"
+
+
+def test_loss_curve_default_steps_and_errors():
+    _, ax = plotting.loss_curve({"loss": [1.0, 0.5, 0.25]})
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [0, 1, 2])
+    assert ax.get_yscale() == "linear"
+    with pytest.raises(ValueError, match="history has 2 steps but 3 loss values"):
+        plotting.loss_curve({"loss": [1.0, 0.5, 0.25], "step": [0, 1]})
+    with pytest.raises(ValueError, match="'loss'"):
+        plotting.loss_curve({"val_loss": [1.0]})

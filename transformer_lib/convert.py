@@ -1,0 +1,145 @@
+"""Load weights from independent implementations into ours, to prove the two compute the same.
+
+* :func:`decoder_from_hf_llama`: a Hugging Face ``LlamaForCausalLM`` -> our :class:`Decoder`.
+* :func:`encoder_decoder_from_torch`: a ``torch.nn.Transformer`` -> our :class:`EncoderDecoder`.
+
+Both copy every tensor explicitly and fail loudly on a configuration we do not model.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.encoder_decoder import EncoderDecoder
+from transformer_lib.norms import LayerNorm
+
+
+def _rope_theta(config) -> float:
+    """θ lives in ``config.rope_parameters["rope_theta"]`` in transformers 5.x, in
+    ``config.rope_theta`` before."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type != "default":
+        raise ValueError(f"only the default RoPE is supported, got rope_type={rope_type!r}")
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise ValueError("could not find rope_theta in the Llama config")
+    return float(theta)
+
+
+def decoder_from_hf_llama(hf_model) -> Decoder:
+    """Build a :class:`Decoder` with the weights of a ``transformers.LlamaForCausalLM``.
+
+    Hugging Face stores q/k weights for split-half RoPE, so the result uses
+    ``rope_pairing="half"``. Tied embeddings stay tied. The parameter names are the same on
+    both sides except for HF's ``model.`` prefix.
+    """
+    cfg = hf_model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if head_dim * cfg.num_attention_heads != cfg.hidden_size:
+        raise ValueError(
+            f"head_dim ({head_dim}) * num_attention_heads ({cfg.num_attention_heads}) must equal "
+            f"hidden_size ({cfg.hidden_size})"
+        )
+    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        raise ValueError("Llama configs with attention_bias or mlp_bias are not supported")
+    if cfg.hidden_act != "silu":
+        raise ValueError(f"SwiGLU uses SiLU, got hidden_act={cfg.hidden_act!r}")
+    config = DecoderConfig(
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.hidden_size,
+        n_layers=cfg.num_hidden_layers,
+        n_heads=cfg.num_attention_heads,
+        n_kv_heads=cfg.num_key_value_heads or cfg.num_attention_heads,
+        d_ff=cfg.intermediate_size,
+        max_seq_len=cfg.max_position_embeddings,
+        rope_theta=_rope_theta(cfg),
+        norm_eps=cfg.rms_norm_eps,
+        tie_embeddings=bool(cfg.tie_word_embeddings),
+        rope_pairing="half",
+    )
+    ref = hf_model.state_dict()
+    model = Decoder(config).to(ref["model.embed_tokens.weight"].dtype)
+    state = {}
+    for name in model.state_dict():
+        hf_name = name if name == "lm_head.weight" else "model." + name
+        state[name] = ref[hf_name]
+    model.load_state_dict(state)
+    return model
+
+
+def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    """nn.MultiheadAttention packs W_Q, W_K, W_V into one ``in_proj_weight`` (3C, C)."""
+    if theirs.in_proj_weight is None or theirs.in_proj_bias is None:
+        raise ValueError("nn.MultiheadAttention with separate kdim/vdim or no bias is not supported")
+    wq, wk, wv = theirs.in_proj_weight.chunk(3, dim=0)  # (C, C) each
+    bq, bk, bv = theirs.in_proj_bias.chunk(3, dim=0)  # (C,) each
+    for proj, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv)):
+        proj.weight.copy_(w)
+        proj.bias.copy_(b)
+    ours.o_proj.weight.copy_(theirs.out_proj.weight)
+    ours.o_proj.bias.copy_(theirs.out_proj.bias)
+
+
+def _copy_norm(ours: LayerNorm, theirs: nn.LayerNorm) -> None:
+    ours.weight.copy_(theirs.weight)
+    ours.bias.copy_(theirs.bias)
+
+
+def _copy_ffn(ours, theirs_layer) -> None:
+    ours.w_1.weight.copy_(theirs_layer.linear1.weight)
+    ours.w_1.bias.copy_(theirs_layer.linear1.bias)
+    ours.w_2.weight.copy_(theirs_layer.linear2.weight)
+    ours.w_2.bias.copy_(theirs_layer.linear2.bias)
+
+
+@torch.no_grad()
+def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
+                               tgt_vocab_size: int = 1) -> EncoderDecoder:
+    """Build an :class:`EncoderDecoder` whose stacks compute what ``module`` computes.
+
+    ``nn.Transformer`` has no embeddings, positions or output layer: it maps embedded inputs
+    to hidden states. Our ``model.encoder`` and ``model.decoder`` stacks do the same on
+    batch-first inputs ``(B, T, C)``. To match it, the result
+
+    * is post-norm with ReLU (other ``nn.Transformer`` settings raise ``ValueError``);
+    * has ``final_norm=True``: ``nn.Transformer`` adds a LayerNorm after each stack;
+    * uses the module's LayerNorm eps;
+    * expects our mask convention (True = may attend): pass ``~mask`` for a boolean
+      ``nn.Transformer`` mask, and for a key-padding mask ``~padding[:, None, None, :]``;
+    * expects batch-first tensors: with ``batch_first=False`` transpose dims 0 and 1.
+
+    The embeddings and output layer of the result are freshly initialised.
+    """
+    enc_layers, dec_layers = module.encoder.layers, module.decoder.layers
+    first = enc_layers[0]
+    if first.norm_first:
+        raise ValueError("only post-norm (norm_first=False) nn.Transformer modules are supported")
+    if not (first.activation is F.relu or isinstance(first.activation, nn.ReLU)):
+        raise ValueError("only the ReLU activation is supported")
+    attn = first.self_attn
+    d_model, n_heads = attn.embed_dim, attn.num_heads
+    model = EncoderDecoder(
+        src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=n_heads,
+        n_layers=len(enc_layers), n_decoder_layers=len(dec_layers),
+        d_ff=first.linear1.out_features, dropout=first.dropout.p, eps=first.norm1.eps,
+        final_norm=True,
+    )
+    for ours, theirs in zip(model.encoder.layers, enc_layers):
+        _copy_attention(ours.self_attn, theirs.self_attn)
+        _copy_ffn(ours.feed_forward, theirs)
+        _copy_norm(ours.norm1, theirs.norm1)
+        _copy_norm(ours.norm2, theirs.norm2)
+    for ours, theirs in zip(model.decoder.layers, dec_layers):
+        _copy_attention(ours.self_attn, theirs.self_attn)
+        _copy_attention(ours.cross_attn, theirs.multihead_attn)
+        _copy_ffn(ours.feed_forward, theirs)
+        _copy_norm(ours.norm1, theirs.norm1)
+        _copy_norm(ours.norm2, theirs.norm2)
+        _copy_norm(ours.norm3, theirs.norm3)
+    _copy_norm(model.encoder.norm, module.encoder.norm)
+    _copy_norm(model.decoder.norm, module.decoder.norm)
+    return model

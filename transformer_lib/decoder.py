@@ -1,0 +1,254 @@
+"""A modern decoder-only Transformer: RMSNorm + RoPE + GQA + SwiGLU, pre-norm, KV cache.
+
+Reads top to bottom: config -> KV cache -> block -> model -> generate.
+Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``o_proj``,
+``gate_proj``/``up_proj``/``down_proj``, ``input_layernorm``, ``post_attention_layernorm``,
+``norm``, ``lm_head``), so a Llama state dict maps onto it one to one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.ffn import SwiGLU
+from transformer_lib.norms import RMSNorm
+from transformer_lib.positional import PAIRINGS, rope_cos_sin
+
+
+@dataclass
+class DecoderConfig:
+    vocab_size: int = 64  # V: number of token ids
+    d_model: int = 64  # C: width of the residual stream
+    n_layers: int = 2  # number of decoder blocks
+    n_heads: int = 4  # H: query heads; head dim D = d_model // n_heads
+    n_kv_heads: int = 2  # H_kv: key/value heads (= n_heads: MHA, 1: MQA, between: GQA)
+    d_ff: int = 172  # hidden width of SwiGLU (about 8/3 * d_model)
+    max_seq_len: int = 128  # longest sequence (prompt + generated); size of the KV cache
+    rope_theta: float = 10000.0  # RoPE base θ
+    norm_eps: float = 1e-6  # RMSNorm epsilon
+    tie_embeddings: bool = False  # share the embedding matrix with the output layer
+    rope_pairing: str = "half"  # "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})"
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(
+                f"RoPE needs an even head dim, got d_model // n_heads = "
+                f"{self.d_model} // {self.n_heads} = {self.head_dim}"
+            )
+        if self.rope_pairing not in PAIRINGS:
+            raise ValueError(f"rope_pairing must be one of {PAIRINGS}, got {self.rope_pairing!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class KVCache:
+    """Preallocated keys and values of every layer, for ``max_seq_len`` positions.
+
+    ``k`` and ``v`` have shape ``(n_layers, B, H_kv, max_seq_len, D)``; the first ``pos``
+    positions are filled. Each layer writes its new keys/values at ``pos`` and reads
+    ``0 … pos + T - 1``; the model advances ``pos`` once per forward, after the layer loop.
+    """
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_seq_len: int,
+                 head_dim: int, dtype: torch.dtype = torch.float32, device=None):
+        shape = (n_layers, batch_size, n_kv_heads, max_seq_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_seq_len = max_seq_len
+        self.pos = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache: 2 · n_layers · H_kv · D · max_seq_len · B · sizeof(dtype)."""
+        return self.k.nbytes + self.v.nbytes
+
+    def check_room(self, T: int) -> None:
+        if self.pos + T > self.max_seq_len:
+            raise ValueError(
+                f"KV cache overflow: {self.pos} cached + {T} new positions "
+                f"> max_seq_len ({self.max_seq_len})"
+            )
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k, v`` ``(B, H_kv, T, D)`` at ``pos`` and return all cached keys/values
+        ``(B, H_kv, pos + T, D)``. Does not advance ``pos``."""
+        T = k.shape[2]
+        self.check_room(T)
+        end = self.pos + T
+        self.k[layer_idx, :, :, self.pos:end] = k
+        self.v[layer_idx, :, :, self.pos:end] = v
+        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
+
+    def advance(self, T: int) -> None:
+        self.check_room(T)
+        self.pos += T
+
+    def reset(self) -> None:
+        self.pos = 0
+
+
+class DecoderBlock(nn.Module):
+    """x = x + Attn(RMSNorm(x)); x = x + SwiGLU(RMSNorm(x))."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.n_kv_heads, bias=False)
+        self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config.d_model, config.d_ff)
+        self.rope_pairing = config.rope_pairing
+
+    def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor],
+                cache: KVCache | None = None, layer_idx: int = 0) -> Tensor:
+        h = self.input_layernorm(x)
+        x = x + self.self_attn(h, mask=mask, rope=rope, rope_pairing=self.rope_pairing,
+                               kv_cache=cache, layer_idx=layer_idx)
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x
+
+
+class Decoder(nn.Module):
+    """Decoder-only language model returning logits for every position."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList([DecoderBlock(config) for _ in range(config.n_layers)])
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        cos, sin = rope_cos_sin(config.max_seq_len, config.head_dim, config.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)  # (max_seq_len, D/2)
+        self.register_buffer("rope_sin", sin, persistent=False)  # (max_seq_len, D/2)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # Small normal init (as GPT-2/Llama): an untrained model predicts nearly uniformly.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def _check_tokens(self, tokens: Tensor, start: int) -> None:
+        if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+            dtype = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be an integer (Long) tensor of ids, got {dtype}")
+        if tokens.dim() != 2 or tokens.shape[1] < 1:
+            raise ValueError(f"tokens must have shape (B, T) with T >= 1, got {tuple(tokens.shape)}")
+        V = self.config.vocab_size
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= V:
+            raise ValueError(f"token ids must be in [0, {V - 1}] (vocab_size={V}), got min {lo}, max {hi}")
+        T = tokens.shape[1]
+        if start + T > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence too long: {start} cached + {T} new positions "
+                f"> max_seq_len ({self.config.max_seq_len})"
+            )
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences, on this model's device and dtype."""
+        c = self.config
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        w = self.embed_tokens.weight
+        return KVCache(c.n_layers, batch_size, c.n_kv_heads, c.max_seq_len, c.head_dim,
+                       dtype=w.dtype, device=w.device)
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Logits for every position.
+
+        Args:
+            tokens: ``(B, T)`` LongTensor of token ids.
+            cache: optional KV cache; the tokens are then positions ``cache.pos … cache.pos+T-1``
+                and attend to every cached position before them.
+
+        Returns:
+            ``(B, T, V)`` logits.
+        """
+        start = 0 if cache is None else cache.pos
+        self._check_tokens(tokens, start)
+        B, T = tokens.shape
+        if cache is not None and cache.batch_size != B:
+            raise ValueError(f"cache was made for batch size {cache.batch_size}, got tokens of batch size {B}")
+        # Query i sits at absolute position start + i; keys run 0 … start + T - 1.
+        mask = None if T == 1 else causal_mask(T, start + T, device=tokens.device)  # (T, S)
+        rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2) each
+        x = self.embed_tokens(tokens)  # (B, T, C)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, rope, cache, i)
+        if cache is not None:
+            cache.advance(T)  # once per forward, after the layer loop
+        return self.lm_head(self.norm(x))  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(self, tokens: Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """Append ``max_new_tokens`` tokens to ``tokens`` ``(B, T)``; returns ``(B, T + max_new_tokens)``.
+
+        ``temperature = 0`` is greedy decoding; otherwise sample from softmax(logits / temperature),
+        restricted to the ``top_k`` most likely tokens if given. With ``use_cache`` the prompt is
+        prefilled once and each step feeds one token; without it every step recomputes the prefix.
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
+            raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
+        self._check_tokens(tokens, 0)
+        total = tokens.shape[1] + max_new_tokens
+        if total > self.config.max_seq_len:
+            raise ValueError(
+                f"prompt length ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) = {total} "
+                f"> max_seq_len ({self.config.max_seq_len})"
+            )
+        if max_new_tokens == 0:
+            return tokens
+        cache = self.new_cache(tokens.shape[0]) if use_cache else None
+        logits = self(tokens, cache)  # prefill: (B, T, V)
+        for step in range(max_new_tokens):
+            next_token = self._pick(logits[:, -1], temperature, top_k, generator)  # (B, 1)
+            tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + step + 1)
+            if step == max_new_tokens - 1:
+                break
+            logits = self(next_token, cache) if use_cache else self(tokens)
+        return tokens
+
+    @staticmethod
+    def _pick(logits: Tensor, temperature: float, top_k: int | None,
+              generator: torch.Generator | None) -> Tensor:
+        """Choose the next token from last-position logits ``(B, V)``; returns ``(B, 1)``."""
+        if temperature == 0.0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits.float() / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator)

@@ -1,0 +1,247 @@
+"""The 2017 Transformer: a post-norm encoder–decoder (Vaswani et al., "Attention Is All You Need").
+
+Reads top to bottom: layers -> stacks -> model -> greedy decoding -> Noam schedule -> label
+smoothing. Names follow the paper (``d_model``, ``d_ff``, ``n_heads``).
+
+Every sublayer is wrapped as x <- LayerNorm(x + Dropout(Sublayer(x))) (post-norm).
+Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.ffn import FeedForward
+from transformer_lib.norms import LayerNorm
+from transformer_lib.positional import sinusoidal_encoding
+
+
+class EncoderLayer(nn.Module):
+    """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)))
+        x = self.norm2(x + self.dropout(self.feed_forward(x)))
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """x = LN(x + CausalSelfAttn(x)); x = LN(x + CrossAttn(x, memory)); x = LN(x + FFN(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.norm3 = LayerNorm(d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        x = self.norm1(x + self.dropout(self.self_attn(x, mask=tgt_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, mask=memory_mask)))
+        x = self.norm3(x + self.dropout(self.feed_forward(x)))
+        return x
+
+
+class EncoderStack(nn.Module):
+    """A stack of encoder layers on embedded inputs ``(B, S, C)``; optional final LayerNorm."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 eps: float = 1e-5, final_norm: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps) for _ in range(n_layers)]
+        )
+        self.norm = LayerNorm(d_model, eps) if final_norm else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x ``(B, S, C)``, mask broadcastable to ``(B, H, S, S)`` -> memory ``(B, S, C)``."""
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderStack(nn.Module):
+    """A stack of decoder layers on embedded inputs ``(B, T, C)``; optional final LayerNorm."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 eps: float = 1e-5, final_norm: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps) for _ in range(n_layers)]
+        )
+        self.norm = LayerNorm(d_model, eps) if final_norm else None
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        """x ``(B, T, C)``, memory ``(B, S, C)`` -> ``(B, T, C)``.
+
+        ``tgt_mask`` broadcasts to ``(B, H, T, T)``, ``memory_mask`` to ``(B, H, T, S)``."""
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """Token embeddings (scaled by √d_model) + sinusoidal positions -> encoder, decoder -> logits.
+
+    ``final_norm=True`` adds a LayerNorm after each stack, as ``torch.nn.Transformer`` does;
+    the paper's post-norm model has none (every layer already ends in a LayerNorm).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512,
+                 n_heads: int = 8, n_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
+                 max_len: int = 512, eps: float = 1e-5, final_norm: bool = False,
+                 n_decoder_layers: int | None = None):
+        super().__init__()
+        if src_vocab_size < 1 or tgt_vocab_size < 1:
+            raise ValueError(
+                f"vocabulary sizes must be positive, got {src_vocab_size} and {tgt_vocab_size}"
+            )
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if d_model % 2 != 0:
+            raise ValueError(f"d_model must be even for sinusoidal positions, got {d_model}")
+        n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        self.d_model, self.n_heads, self.max_len = d_model, n_heads, max_len
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.register_buffer("pos_encoding", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = EncoderStack(n_layers, d_model, n_heads, d_ff, dropout, eps, final_norm)
+        self.decoder = DecoderStack(n_decoder_layers, d_model, n_heads, d_ff, dropout, eps, final_norm)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)  # the paper's final linear layer
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def _embed(self, tokens: Tensor, table: nn.Embedding, name: str) -> Tensor:
+        if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+            dtype = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"{name} must be an integer (Long) tensor of token ids, got {dtype}")
+        if tokens.dim() != 2:
+            raise ValueError(f"{name} must have shape (B, T), got {tuple(tokens.shape)}")
+        V, T = table.num_embeddings, tokens.shape[1]
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= V:
+            raise ValueError(f"{name} ids must be in [0, {V - 1}], got min {lo}, max {hi}")
+        if T > self.max_len:
+            raise ValueError(f"{name} length ({T}) exceeds max_len ({self.max_len})")
+        x = table(tokens) * math.sqrt(self.d_model)  # (B, T, C)
+        return self.dropout(x + self.pos_encoding[:T])  # (B, T, C)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src ``(B, S)`` ids -> memory ``(B, S, C)``. ``src_mask`` e.g. from :func:`padding_mask`."""
+        return self.encoder(self._embed(src, self.src_embed, "src"), src_mask)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None) -> Tensor:
+        """tgt ``(B, T)`` ids, memory ``(B, S, C)`` -> logits ``(B, T, V_tgt)``.
+
+        ``tgt_mask`` defaults to the causal mask; ``src_mask`` hides padded source positions."""
+        x = self._embed(tgt, self.tgt_embed, "tgt")
+        if tgt_mask is None:
+            tgt_mask = causal_mask(tgt.shape[1], device=tgt.device)  # (T, T)
+        return self.generator(self.decoder(x, memory, tgt_mask, src_mask))  # (B, T, V)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: src ``(B, S)``, tgt ``(B, T)`` (shifted right) -> logits ``(B, T, V_tgt)``."""
+        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, max_new_tokens: int, bos_id: int,
+                      src_mask: Tensor | None = None) -> Tensor:
+        """Generate ``max_new_tokens`` tokens after ``bos_id``; returns ``(B, 1 + max_new_tokens)``.
+
+        The source is encoded once; every step re-runs the decoder on the tokens so far and
+        appends the most likely next token. Call ``model.eval()`` first to turn dropout off.
+        """
+        if not 0 <= bos_id < self.tgt_vocab_size:
+            raise ValueError(f"bos_id must be in [0, {self.tgt_vocab_size - 1}], got {bos_id}")
+        if max_new_tokens < 0 or max_new_tokens + 1 > self.max_len:
+            raise ValueError(
+                f"max_new_tokens must be in [0, {self.max_len - 1}] (max_len={self.max_len}), "
+                f"got {max_new_tokens}"
+            )
+        memory = self.encode(src, src_mask)  # (B, S, C)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+        for _ in range(max_new_tokens):
+            logits = self.decode(out, memory, src_mask)  # (B, t, V)
+            next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            out = torch.cat([out, next_token], dim=1)  # (B, t + 1)
+        return out
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Key mask hiding padding: ``(B, S)`` ids -> ``(B, 1, 1, S)`` boolean, True = real token."""
+    return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
+
+
+def noam_lambda(d_model: int, warmup: int) -> Callable[[int], float]:
+    """The 2017 learning-rate schedule as a multiplier for ``torch.optim.lr_scheduler.LambdaLR``.
+
+    lr(t) = d_model^-0.5 · min(t^-0.5, t · warmup^-1.5): linear warm-up, peak at t = warmup,
+    then decay like 1/√t. Step 0 (LambdaLR evaluates it at construction) is treated as step 1.
+
+    LambdaLR *multiplies* the optimizer's base lr by this value: build the optimizer with
+    ``lr=1.0`` (or a scale factor). With ``lr=0`` the learning rate stays 0 forever.
+    """
+    if d_model < 1 or warmup < 1:
+        raise ValueError(f"d_model ({d_model}) and warmup ({warmup}) must be positive")
+
+    def lr_lambda(step: int) -> float:
+        step = max(step, 1)
+        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+    return lr_lambda
+
+
+class LabelSmoothingLoss(nn.Module):
+    """Cross-entropy against a smoothed target: (1 - ε) on the true token plus ε/V on every token.
+
+    This is the formulation of ``F.cross_entropy(..., label_smoothing=ε)``; the 2017 model
+    used ε = 0.1. Positions whose target is ``ignore_index`` (e.g. padding) are left out of
+    the mean.
+    """
+
+    def __init__(self, smoothing: float = 0.1, ignore_index: int = -100):
+        super().__init__()
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        self.smoothing = smoothing
+        self.ignore_index = ignore_index
+
+    def forward(self, logits: Tensor, target: Tensor) -> Tensor:
+        """logits ``(N, V)`` or ``(B, T, V)``; target ``(N,)`` or ``(B, T)`` ids -> scalar loss."""
+        V = logits.shape[-1]
+        if logits.shape[:-1] != target.shape:
+            raise ValueError(
+                f"logits {tuple(logits.shape)} and target {tuple(target.shape)} do not match"
+            )
+        logits, target = logits.reshape(-1, V), target.reshape(-1)  # (N, V), (N,)
+        keep = target != self.ignore_index  # (N,)
+        logits, target = logits[keep], target[keep]
+        log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
+        uniform = -log_probs.mean(dim=-1)  # (N,)  cross-entropy with the uniform distribution
+        loss = (1.0 - self.smoothing) * nll + self.smoothing * uniform
+        return loss.mean()

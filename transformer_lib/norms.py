@@ -1,0 +1,61 @@
+"""Layer normalisation (2017 Transformer) and RMSNorm (modern decoders)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """fp16/bf16 are normalised in fp32; fp32 stays fp32 and fp64 stays fp64."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last dimension: (x - mean) / sqrt(var + eps) * weight + bias.
+
+    ``var`` is the biased variance (divide by C), as in ``torch.nn.LayerNorm``. Computed in
+    at least fp32 (fp64 stays fp64) and cast back to the input dtype.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        if d < 1:
+            raise ValueError(f"d must be positive, got {d}")
+        if eps <= 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x ``(..., C)`` -> ``(..., C)``."""
+        h = x.to(_compute_dtype(x))
+        mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = (h - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        h = (h - mean) * torch.rsqrt(var + self.eps)
+        return (h * self.weight + self.bias).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm: x / sqrt(mean(x²) + eps) * weight. No mean subtraction, no bias.
+
+    The mean square is computed in at least fp32 (fp64 stays fp64) and the result cast
+    back to the input dtype. Note that mean(x²) is not the variance unless the mean is 0.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        if d < 1:
+            raise ValueError(f"d must be positive, got {d}")
+        if eps <= 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x ``(..., C)`` -> ``(..., C)``."""
+        h = x.to(_compute_dtype(x))
+        mean_square = h.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        h = h * torch.rsqrt(mean_square + self.eps)
+        return (h * self.weight).to(x.dtype)

@@ -1,0 +1,316 @@
+"""Figures for the course: attention maps, positional encodings, RoPE, learning rates, losses.
+
+Every figure function takes ``ax=None`` (draw on a new figure) or an existing Axes, and
+returns ``(fig, ax)`` so a notebook can add to the picture or save it. All of them share
+one look: ``WEIGHT_CMAP`` for values in [0, 1], ``SIGNED_CMAP`` for signed values, and the
+same title and label sizes. Inputs may be torch tensors or numpy arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence, Union
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Circle, Rectangle
+
+ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[float]]
+
+WEIGHT_CMAP = "viridis"  # attention weights and other values in [0, 1]
+SIGNED_CMAP = "RdBu_r"  # signed values, centred on 0 (blue < 0 < red)
+TITLE_SIZE = 12
+LABEL_SIZE = 10
+VALUE_SIZE = 8  # numbers written inside heatmap cells
+TEXT_RAMP = " .:-=+*#%@"  # attention_text: weight 0 -> " ", weight >= 0.9 -> "@"
+
+
+def _to_numpy(x: ArrayLike) -> np.ndarray:
+    """Return `x` as a float numpy array (tensors are detached and moved to the CPU)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()  # numpy has no bfloat16
+        x = x.numpy()
+    return np.asarray(x, dtype=float)
+
+
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """Return `(fig, ax)`: a new figure of size `figsize` when `ax` is None, else `ax`'s figure."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    else:
+        fig = ax.figure
+    return fig, ax
+
+
+def _label(ax: Axes, title: str | None, xlabel: str, ylabel: str) -> None:
+    """Apply the house title and axis-label sizes."""
+    if title is not None:
+        ax.set_title(title, fontsize=TITLE_SIZE)
+    ax.set_xlabel(xlabel, fontsize=LABEL_SIZE)
+    ax.set_ylabel(ylabel, fontsize=LABEL_SIZE)
+
+
+def _check_attention(weights: ArrayLike, x_labels, y_labels) -> np.ndarray:
+    """Return `weights` as a `(T, S)` array after checking its shape against the labels."""
+    w = _to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D (T, S), got shape {tuple(w.shape)}")
+    T, S = w.shape
+    if x_labels is not None and len(x_labels) != S:
+        raise ValueError(f"x_labels has {len(x_labels)} entries but weights has {S} columns")
+    if y_labels is not None and len(y_labels) != T:
+        raise ValueError(f"y_labels has {len(y_labels)} entries but weights has {T} rows")
+    return w
+
+
+def attention_heatmap(
+    weights: ArrayLike,
+    x_labels: Sequence | None = None,
+    y_labels: Sequence | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    show_values: bool = False,
+    reference: ArrayLike | None = None,
+) -> tuple[Figure, Axes]:
+    """Draw an attention map: one row per query, one column per key, colour range [0, 1].
+
+    Args:
+        weights: attention weights, shape (T, S); rows are queries, columns are keys.
+        x_labels: S key (source) token labels for the x ticks.
+        y_labels: T query token labels for the y ticks.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+        show_values: write each weight, to two decimals, inside its cell.
+        reference: boolean or 0/1 array, shape (T, S); its True cells are outlined in red
+            (e.g. the mirrored diagonal a sequence-reversal model should learn).
+
+    Returns:
+        (fig, ax).
+    """
+    w = _check_attention(weights, x_labels, y_labels)
+    T, S = w.shape
+    fig, ax = _new_axes(ax, figsize=(1.0 + 0.45 * S, 0.6 + 0.45 * T))
+    image = ax.imshow(w, cmap=WEIGHT_CMAP, vmin=0.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if x_labels is not None:
+        labels = [str(label) for label in x_labels]
+        ax.set_xticks(range(S), labels=labels, rotation=90 if max(map(len, labels)) > 2 else 0)
+    if y_labels is not None:
+        ax.set_yticks(range(T), labels=[str(label) for label in y_labels])
+    if show_values:
+        for i in range(T):
+            for j in range(S):
+                colour = "white" if w[i, j] < 0.5 else "black"  # readable on viridis
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
+                        fontsize=VALUE_SIZE, color=colour)
+    if reference is not None:
+        ref = _to_numpy(reference)
+        if ref.shape != w.shape:
+            raise ValueError(f"reference has shape {tuple(ref.shape)} but weights has shape {(T, S)}")
+        for i, j in zip(*np.nonzero(ref)):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    _label(ax, title, "key (source)", "query")
+    return fig, ax
+
+
+def attention_text(
+    weights: ArrayLike,
+    x_labels: Sequence | None = None,
+    y_labels: Sequence | None = None,
+    *,
+    key_name: str = "key",
+    query_name: str = "query",
+) -> str:
+    """Render an attention map as text; denser characters mean larger weights.
+
+    Each weight w in [0, 1] becomes ``TEXT_RAMP[min(int(10 * w), 9)]``: 0 is a space,
+    0.5 is "+", 0.9 and above is "@". Columns are 3 characters wide (key labels are cut
+    to 3 characters); row labels are right-aligned; trailing spaces are removed.
+
+    Args:
+        weights: attention weights, shape (T, S); rows are queries, columns are keys.
+        x_labels: S key labels for the header row (default 0..S-1).
+        y_labels: T query labels for the rows (default 0..T-1).
+        key_name: caption for the header row, e.g. "source (encoder)".
+        query_name: caption for the rows, e.g. "decoder step".
+
+    Returns:
+        The rendering: a header row, T rows, a caption row and a legend row, joined by newlines.
+    """
+    w = _check_attention(weights, x_labels, y_labels)
+    T, S = w.shape
+    keys = [str(label)[:3] for label in (x_labels if x_labels is not None else range(S))]
+    queries = [str(label) for label in (y_labels if y_labels is not None else range(T))]
+    width = max(len(label) for label in queries + ["^"])
+    levels = np.minimum((np.clip(w, 0.0, 1.0) * len(TEXT_RAMP)).astype(int), len(TEXT_RAMP) - 1)
+
+    lines = [" " * (width + 1) + "".join(f"{label:>3}" for label in keys) + f"   <- {key_name}"]
+    for label, row in zip(queries, levels):
+        cells = "".join(f"{TEXT_RAMP[level]:>3}" for level in row)
+        lines.append(f"{label:>{width}} {cells}".rstrip())
+    lines.append(f"{'^':>{width}} {query_name}")
+    lines.append(f"scale: '{TEXT_RAMP}' = weight 0 ... 1")
+    return "\n".join(lines)
+
+
+def positional_heatmap(pe: ArrayLike, *, ax: Axes | None = None, title: str | None = None) -> tuple[Figure, Axes]:
+    """Draw a positional-encoding table with a diverging colour scale centred on 0.
+
+    The colour range is [-1, 1] (sinusoidal encodings), widened symmetrically if any
+    value lies outside it.
+
+    Args:
+        pe: positional encodings, shape (T, C): positions × channels.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+
+    Returns:
+        (fig, ax).
+    """
+    table = _to_numpy(pe)
+    if table.ndim != 2:
+        raise ValueError(f"pe must be 2-D (positions, channels), got shape {tuple(table.shape)}")
+    limit = max(1.0, float(np.abs(table).max(initial=0.0)))
+    fig, ax = _new_axes(ax, figsize=(7, 4))
+    image = ax.imshow(table, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto")
+    fig.colorbar(image, ax=ax)
+    _label(ax, title, "channel", "position")
+    return fig, ax
+
+
+def _rotate(v: np.ndarray, angle: float) -> np.ndarray:
+    """Rotate the 2-vector `v` counter-clockwise by `angle` radians."""
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([c * v[0] - s * v[1], s * v[0] + c * v[1]])
+
+
+def rope_rotation(
+    q: ArrayLike,
+    positions: Sequence[int] | ArrayLike,
+    theta_i: float,
+    *,
+    k: ArrayLike | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> tuple[Figure, Axes]:
+    """Draw how RoPE rotates one channel pair: `q` rotated by m·theta_i for each position m.
+
+    Each rotated query is an arrow from the origin, coloured by position and labelled with
+    its angle. If `k` is given it is rotated by the same angles and drawn as red dashed
+    arrows: the angle between q and k at equal positions never changes.
+
+    Args:
+        q: one channel pair of a query, shape (2,).
+        positions: positions m to draw, length N.
+        theta_i: rotation frequency of this channel pair, radians per position.
+        k: one channel pair of a key, shape (2,), optional.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+
+    Returns:
+        (fig, ax). The arrows are Annotations labelled "q, m=<m>" (and "k, m=<m>").
+    """
+    vectors = {"q": _to_numpy(q)} if k is None else {"q": _to_numpy(q), "k": _to_numpy(k)}
+    for name, v in vectors.items():
+        if v.shape != (2,):
+            raise ValueError(f"{name} must have 2 entries (one channel pair), got shape {tuple(v.shape)}")
+    positions = [int(m) for m in _to_numpy(positions).reshape(-1)]
+    fig, ax = _new_axes(ax, figsize=(5, 5))
+    colours = matplotlib.colormaps[WEIGHT_CMAP](np.linspace(0.0, 0.9, max(len(positions), 1)))
+
+    ax.add_patch(Circle((0, 0), 1.0, fill=False, linestyle=":", color="grey"))
+    ax.axhline(0, color="lightgrey", linewidth=0.8)
+    ax.axvline(0, color="lightgrey", linewidth=0.8)
+    for name, v in vectors.items():
+        for m, colour in zip(positions, colours):
+            angle = m * theta_i
+            end = _rotate(v, angle)
+            style = dict(arrowstyle="-|>", color=colour, linewidth=2)
+            if name == "k":
+                style.update(color="tab:red", linestyle="--", linewidth=1.2)
+            arrow = ax.annotate("", xy=tuple(end), xytext=(0, 0), arrowprops=style)
+            arrow.set_label(f"{name}, m={m}")
+            if name == "q":
+                ax.text(*(end * 1.08), f"m={m}: {angle:.2f} rad", color=colour, fontsize=VALUE_SIZE,
+                        ha="left" if end[0] >= 0 else "right")
+    radius = 1.35 * max([1.0] + [float(np.linalg.norm(v)) for v in vectors.values()])
+    ax.set_xlim(-radius, radius)
+    ax.set_ylim(-radius, radius)
+    ax.set_aspect("equal")
+    _label(ax, title, "channel 2i", "channel 2i+1")
+    return fig, ax
+
+
+def lr_schedule(
+    lr_fn: Callable[[int], float],
+    steps: int,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    mark_peak: bool = True,
+) -> tuple[Figure, Axes]:
+    """Plot a learning-rate schedule `lr_fn(step)` for step = 0 .. steps-1.
+
+    Args:
+        lr_fn: maps a step (int) to a learning rate, e.g. a Noam lambda. It is called at
+            step 0, as torch's LambdaLR does.
+        steps: number of steps to plot.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+        mark_peak: mark the largest learning rate and annotate it with its step.
+
+    Returns:
+        (fig, ax).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    lrs = np.array([float(lr_fn(step)) for step in range(steps)])
+    fig, ax = _new_axes(ax, figsize=(6, 3.5))
+    ax.plot(np.arange(steps), lrs)
+    if mark_peak:
+        peak = int(np.argmax(lrs))
+        ax.plot([peak], [lrs[peak]], "o", color="tab:red")
+        ax.annotate(f"peak {lrs[peak]:.2e} at step {peak}", xy=(peak, lrs[peak]),
+                    xytext=(10, -15), textcoords="offset points", fontsize=VALUE_SIZE)
+    _label(ax, title, "step", "learning rate")
+    return fig, ax
+
+
+def loss_curve(
+    history: Mapping[str, Sequence[float]],
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    log_y: bool = False,
+) -> tuple[Figure, Axes]:
+    """Plot a training loss curve.
+
+    Args:
+        history: {"loss": N floats} and optionally {"step": N step numbers}
+            (default 0 .. N-1).
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+        log_y: use a logarithmic loss axis.
+
+    Returns:
+        (fig, ax).
+    """
+    if "loss" not in history:
+        raise ValueError(f"history needs a 'loss' key, got keys {sorted(history)}")
+    loss = _to_numpy(history["loss"])
+    steps = _to_numpy(history["step"]) if "step" in history else np.arange(len(loss))
+    if len(steps) != len(loss):
+        raise ValueError(f"history has {len(steps)} steps but {len(loss)} loss values")
+    fig, ax = _new_axes(ax, figsize=(6, 3.5))
+    ax.plot(steps, loss, label="loss")
+    if log_y:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    _label(ax, title, "step", "loss")
+    return fig, ax
