@@ -145,6 +145,15 @@ class Decoder(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)  # (max_seq_len, D/2)
         self.apply(self._init_weights)
 
+    def _apply(self, fn, recurse=True):
+        # After .to(dtype)/.double()/.cuda(), recompute the RoPE tables in the new dtype
+        # (from fp64 angles) instead of up-casting rounded fp32 values.
+        super()._apply(fn, recurse)
+        c = self.config
+        self.rope_cos, self.rope_sin = rope_cos_sin(
+            c.max_seq_len, c.head_dim, c.rope_theta, device=self.rope_cos.device, dtype=self.rope_cos.dtype)
+        return self
+
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         # Small normal init (as GPT-2/Llama): an untrained model predicts nearly uniformly.

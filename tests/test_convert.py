@@ -1,0 +1,137 @@
+"""Our models against independent implementations: Hugging Face Llama and torch.nn.Transformer."""
+import pytest
+import torch
+import torch.nn as nn
+
+from transformer_lib.attention import causal_mask
+from transformer_lib.convert import decoder_from_hf_llama, encoder_decoder_from_torch
+from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.positional import interleaved_to_half
+
+from conftest import randomize_, require
+
+LOGIT_TOL = 1e-4  # fp32, logits of size ~1 after a few layers of different summation orders
+
+
+def hf_llama(n_heads=4, n_kv_heads=2, tie=False, theta=500000.0, vocab=96, layers=2):
+    transformers = require("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=layers,
+        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, max_position_embeddings=96,
+        rope_theta=theta, rms_norm_eps=1e-5, tie_word_embeddings=tie,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    return randomize_(model, std=0.1).eval()
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads, tie", [(4, 4, False), (4, 2, True), (8, 2, False), (8, 1, True)])
+def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie):
+    hf = hf_llama(n_heads, n_kv_heads, tie)
+    ours = decoder_from_hf_llama(hf).eval()
+    c = ours.config
+    assert (c.n_heads, c.n_kv_heads, c.tie_embeddings, c.rope_theta, c.norm_eps) == (
+        n_heads, n_kv_heads, tie, 500000.0, 1e-5)
+    assert (ours.lm_head.weight is ours.embed_tokens.weight) == tie
+    tokens = torch.randint(0, 96, (2, 40))
+    with torch.no_grad():
+        expected = hf(tokens).logits
+    assert (ours(tokens) - expected).abs().max().item() <= LOGIT_TOL
+
+
+def test_greedy_tokens_match_hf_generate():
+    hf = hf_llama(8, 2)
+    ours = decoder_from_hf_llama(hf).eval()
+    prompt = torch.randint(0, 96, (2, 8))
+    expected = hf.generate(prompt, max_new_tokens=24, do_sample=False, min_new_tokens=24,
+                           attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    assert torch.equal(ours.generate(prompt, 24), expected)
+
+
+def test_kv_cache_matches_hf_incremental_decoding():
+    hf = hf_llama(8, 2)
+    ours = decoder_from_hf_llama(hf).eval()
+    tokens = torch.randint(0, 96, (2, 20))
+    cache = ours.new_cache(2)
+    with torch.no_grad():
+        out = hf(tokens[:, :12], use_cache=True)
+        past, theirs = out.past_key_values, [out.logits]
+        for t in range(12, 20):
+            out = hf(tokens[:, t:t + 1], past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            theirs.append(out.logits)
+    mine = [ours(tokens[:, :12], cache)] + [ours(tokens[:, t:t + 1], cache) for t in range(12, 20)]
+    assert (torch.cat(mine, 1) - torch.cat(theirs, 1)).abs().max().item() <= LOGIT_TOL
+    # The cached keys are the same numbers too (before GQA expansion: H_kv heads).
+    hf_keys = past.layers[0].keys if hasattr(past, "layers") else past.key_cache[0]
+    assert torch.allclose(cache.k[0, :, :, :20], hf_keys, atol=1e-5)
+
+
+def test_interleaved_model_equals_half_model_with_permuted_weights():
+    # Claim C24: same function, different RoPE pairing, q/k rows permuted as in HF's conversion.
+    config = DecoderConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=96, max_seq_len=32, rope_pairing="interleaved")
+    inter = randomize_(Decoder(config), std=0.1).eval()
+    half = Decoder(DecoderConfig(**{**config.__dict__, "rope_pairing": "half"})).eval()
+    state = inter.state_dict()
+    for name in state:
+        if name.endswith("q_proj.weight"):
+            state[name] = interleaved_to_half(state[name], config.n_heads)
+        elif name.endswith("k_proj.weight"):
+            state[name] = interleaved_to_half(state[name], config.n_kv_heads)
+    half.load_state_dict(state)
+    tokens = torch.randint(0, 50, (2, 32))
+    assert (half(tokens) - inter(tokens)).abs().max().item() <= 1e-5
+    # Loading the same weights without the permutation is a different model.
+    unpermuted = Decoder(half.config).eval()
+    unpermuted.load_state_dict(inter.state_dict())
+    assert (unpermuted(tokens) - inter(tokens)).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_encoder_decoder_matches_nn_transformer(batch_first):
+    ref = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=3,
+                         dim_feedforward=48, dropout=0.0, batch_first=batch_first)
+    ref = randomize_(ref).eval()
+    ours = encoder_decoder_from_torch(ref).eval()
+    assert len(ours.encoder.layers) == 2 and len(ours.decoder.layers) == 3
+    src, tgt = torch.randn(2, 7, 32), torch.randn(2, 5, 32)
+    pad = torch.zeros(2, 7, dtype=torch.bool)
+    pad[0, 5:] = True  # torch convention: True = padding
+    causal = nn.Transformer.generate_square_subsequent_mask(5)  # float mask, -inf = blocked
+    args = (src, tgt) if batch_first else (src.transpose(0, 1), tgt.transpose(0, 1))
+    with torch.no_grad():
+        expected = ref(*args, tgt_mask=causal, src_key_padding_mask=pad,
+                       memory_key_padding_mask=pad, tgt_is_causal=True)
+    if not batch_first:
+        expected = expected.transpose(0, 1)
+    keep = ~pad[:, None, None, :]  # ours: True = may attend, (B, 1, 1, S)
+    memory = ours.encoder(src, keep)
+    got = ours.decoder(tgt, memory, causal_mask(5), keep)
+    assert (got - expected).abs().max().item() <= 1e-5
+
+
+def test_nn_transformer_without_final_norm_would_not_match():
+    # nn.Transformer adds a LayerNorm after each stack: dropping it changes the output.
+    ref = randomize_(nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                                    dim_feedforward=32, dropout=0.0, batch_first=True)).eval()
+    ours = encoder_decoder_from_torch(ref).eval()
+    src, tgt = torch.randn(1, 4, 16), torch.randn(1, 3, 16)
+    with torch.no_grad():
+        expected = ref(src, tgt)
+    ours.decoder.norm = None
+    got = ours.decoder(tgt, ours.encoder(src))
+    assert (got - expected).abs().max().item() > 1e-2
+
+
+def test_pre_norm_nn_transformer_is_rejected():
+    ref = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                         norm_first=True)
+    with pytest.raises(ValueError, match="post-norm"):
+        encoder_decoder_from_torch(ref)
+
+
+def test_gelu_nn_transformer_is_rejected():
+    ref = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                         activation="gelu")
+    with pytest.raises(ValueError, match="ReLU"):
+        encoder_decoder_from_torch(ref)

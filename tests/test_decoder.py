@@ -1,0 +1,205 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.decoder import Decoder, DecoderConfig, KVCache
+
+from conftest import randomize_
+
+
+def small_config(**overrides) -> DecoderConfig:
+    base = dict(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96,
+                max_seq_len=64)
+    base.update(overrides)
+    return DecoderConfig(**base)
+
+
+def random_model(dtype=torch.float32, **overrides) -> Decoder:
+    model = randomize_(Decoder(small_config(**overrides)), std=0.1)
+    return model.to(dtype).eval()
+
+
+# ---- the four checks of a from-scratch model (claim C29) -------------------------------
+
+def test_changing_token_9_leaves_earlier_logits_exactly_equal():
+    model = random_model()
+    tokens = torch.randint(0, 64, (2, 16))
+    changed = tokens.clone()
+    changed[:, 8] = (changed[:, 8] + 1) % 64  # token 9 (position index 8)
+    a, b = model(tokens), model(changed)
+    assert (a[:, :8] - b[:, :8]).abs().max().item() == 0.0  # exactly, not approximately
+    assert (a[:, 8:] - b[:, 8:]).abs().max().item() > 1e-3  # later positions do see it
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_kv_cache_decoding_matches_full_forward(dtype, tol, pairing):
+    model = random_model(dtype, rope_pairing=pairing)
+    tokens = torch.randint(0, 64, (3, 30))
+    full = model(tokens)  # (B, 30, V)
+    cache = model.new_cache(3)
+    pieces = [model(tokens[:, :10], cache)]  # prefill
+    pieces += [model(tokens[:, i:i + 1], cache) for i in range(10, 15)]  # one token at a time
+    pieces += [model(tokens[:, 15:19], cache), model(tokens[:, 19:30], cache)]  # chunks
+    assert cache.pos == 30
+    assert (torch.cat(pieces, dim=1) - full).abs().max().item() <= tol
+
+
+def test_rope_relativity_inside_the_model():
+    model = random_model(torch.float64)
+    attn = model.layers[0].self_attn
+    q, k = torch.randn(attn.head_dim, dtype=torch.float64), torch.randn(attn.head_dim, dtype=torch.float64)
+    from transformer_lib.positional import apply_rope
+
+    def score(m, n):
+        qm = apply_rope(q[None], model.rope_cos[m:m + 1], model.rope_sin[m:m + 1])
+        kn = apply_rope(k[None], model.rope_cos[n:n + 1], model.rope_sin[n:n + 1])
+        return (qm @ kn.T).item()
+
+    assert math.isclose(score(5, 2), score(20, 17), rel_tol=1e-9)
+    assert abs(score(20, 10) - score(5, 2)) > 1e-3
+
+
+def test_initial_loss_is_close_to_log_vocab():
+    model = Decoder(small_config(vocab_size=64)).eval()  # default init, untrained
+    tokens = torch.randint(0, 64, (8, 64))
+    logits = model(tokens)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, 64), tokens[:, 1:].reshape(-1))
+    assert abs(loss.item() - math.log(64)) < 0.1
+
+
+# ---- structure -------------------------------------------------------------------------
+
+def test_state_dict_uses_hf_names_and_no_rope_tables():
+    model = Decoder(small_config(n_layers=1))
+    names = set(model.state_dict())
+    expected = {"embed_tokens.weight", "norm.weight", "lm_head.weight"} | {
+        f"layers.0.{n}.weight" for n in (
+            "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+            "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    assert names == expected
+    assert model.rope_cos.shape == (64, 8)
+
+
+def test_gqa_shapes_and_tied_embeddings():
+    model = Decoder(small_config(n_heads=8, n_kv_heads=2, tie_embeddings=True))
+    attn = model.layers[0].self_attn
+    assert attn.k_proj.weight.shape == (2 * 8, 64) and attn.q_proj.weight.shape == (64, 64)
+    assert model.lm_head.weight is model.embed_tokens.weight
+    untied = Decoder(small_config(n_heads=8, n_kv_heads=2))
+    n_tied = sum(p.numel() for p in model.parameters())
+    n_untied = sum(p.numel() for p in untied.parameters())
+    assert n_untied - n_tied == 64 * 64  # the output matrix V x C is shared
+
+
+def test_kv_cache_size_formula():
+    # Claim C34: bytes = 2 · n_layers · H_kv · D · T · sizeof(dtype) (per sequence).
+    model = Decoder(small_config(n_layers=3, n_heads=8, n_kv_heads=2))
+    cache = model.new_cache(batch_size=1)
+    assert cache.nbytes == 2 * 3 * 2 * 8 * 64 * 4
+    mha = Decoder(small_config(n_layers=3, n_heads=8, n_kv_heads=8)).new_cache(1)
+    assert mha.nbytes == 4 * cache.nbytes  # 8 -> 2 KV heads quarters the cache
+
+
+# ---- generation ------------------------------------------------------------------------
+
+def test_generate_with_and_without_cache_agree():
+    model = random_model()
+    prompt = torch.randint(0, 64, (2, 7))
+    with_cache = model.generate(prompt, 20)
+    without = model.generate(prompt, 20, use_cache=False)
+    assert with_cache.shape == (2, 27)
+    assert torch.equal(with_cache[:, :7], prompt)
+    assert torch.equal(with_cache, without)
+
+
+def test_greedy_generation_picks_the_argmax():
+    model = random_model()
+    prompt = torch.randint(0, 64, (2, 5))
+    out = model.generate(prompt, 3)
+    for t in range(5, 8):
+        assert torch.equal(out[:, t], model(out[:, :t])[:, -1].argmax(-1))
+
+
+def test_sampling_is_seeded_and_respects_top_k():
+    model = random_model()
+    prompt = torch.randint(0, 64, (4, 5))
+    a = model.generate(prompt, 10, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    b = model.generate(prompt, 10, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
+    one = model.generate(prompt, 10, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(one, model.generate(prompt, 10))  # top-1 sampling is greedy
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+def test_config_rejects_heads_not_dividing_d_model():
+    with pytest.raises(ValueError, match=r"d_model \(60\) must be divisible by n_heads \(8\)"):
+        DecoderConfig(d_model=60, n_heads=8, n_kv_heads=2)
+
+
+def test_config_rejects_kv_heads_not_dividing_heads():
+    with pytest.raises(ValueError, match=r"n_heads \(4\) must be divisible by n_kv_heads \(3\)"):
+        DecoderConfig(n_heads=4, n_kv_heads=3)
+
+
+def test_config_rejects_odd_head_dim():
+    with pytest.raises(ValueError, match=r"even head dim, got d_model // n_heads = 36 // 4 = 9"):
+        DecoderConfig(d_model=36, n_heads=4, n_kv_heads=2)
+
+
+def test_config_rejects_unknown_pairing():
+    with pytest.raises(ValueError, match="rope_pairing must be one of .* got 'adjacent'"):
+        DecoderConfig(rope_pairing="adjacent")
+
+
+def test_sequence_past_max_seq_len_is_rejected():
+    model = Decoder(small_config(max_seq_len=16))
+    with pytest.raises(ValueError, match=r"0 cached \+ 17 new positions > max_seq_len \(16\)"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_generation_past_max_seq_len_is_rejected():
+    model = Decoder(small_config(max_seq_len=16))
+    with pytest.raises(ValueError, match=r"prompt length \(10\) \+ max_new_tokens \(7\) = 17 > max_seq_len \(16\)"):
+        model.generate(torch.zeros(1, 10, dtype=torch.long), 7)
+
+
+def test_cache_overflow_is_rejected():
+    model = Decoder(small_config(max_seq_len=16))
+    cache = model.new_cache(1)
+    model(torch.zeros(1, 12, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"12 cached \+ 5 new positions > max_seq_len \(16\)"):
+        model(torch.zeros(1, 5, dtype=torch.long), cache)
+    assert cache.pos == 12  # a rejected call leaves the cache as it was
+
+
+def test_token_ids_outside_vocab_are_rejected():
+    model = Decoder(small_config(vocab_size=64))
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 63\] \(vocab_size=64\), got min 0, max 64"):
+        model(torch.tensor([[0, 64]]))
+    with pytest.raises(ValueError, match="got min -1"):
+        model(torch.tensor([[-1, 3]]))
+
+
+def test_float_tokens_are_rejected():
+    model = Decoder(small_config())
+    with pytest.raises(ValueError, match="integer .* got torch.float32"):
+        model(torch.zeros(1, 4))
+
+
+def test_cache_batch_mismatch_is_rejected():
+    model = Decoder(small_config())
+    with pytest.raises(ValueError, match="batch size 2, got tokens of batch size 3"):
+        model(torch.zeros(3, 4, dtype=torch.long), model.new_cache(2))
+
+
+def test_bad_sampling_arguments_are_rejected():
+    model = Decoder(small_config())
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must be >= 0, got -1"):
+        model.generate(prompt, 2, temperature=-1.0)
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, 64\], got 0"):
+        model.generate(prompt, 2, temperature=1.0, top_k=0)
