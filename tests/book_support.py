@@ -1,0 +1,103 @@
+"""What the book tests share: the book's configuration, its pages, and a fresh build of it."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+BOOK_LOG = ROOT / "_build" / "book.log"
+BOOK_OK = ROOT / "_build" / "book.ok"  # written by `make book` after a successful build
+
+# What a build depends on: if any of it is newer than the last successful build, that is stale.
+_SOURCES = ["_config.yml", "_toc.yml", "intro.md", "chapters", "appendix", "_assets", "_ext",
+            "transformer_lib"]
+
+
+def _load_setup_cell_module():
+    spec = importlib.util.spec_from_file_location("setup_cell", ROOT / "_ext" / "setup_cell.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+setup_cell = _load_setup_cell_module()
+
+
+def config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+def toc_docnames() -> list[str]:
+    """Every page of the table of contents, root first, as paths without suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    names = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                names.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return names
+
+
+def source_of(docname: str) -> Path:
+    """The file a page is built from (``.ipynb`` or ``.md``)."""
+    for suffix in (".ipynb", ".md"):
+        path = ROOT / f"{docname}{suffix}"
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"no .ipynb or .md for the toc entry {docname!r}")
+
+
+def notebook_docnames() -> list[str]:
+    return [d for d in toc_docnames() if source_of(d).suffix == ".ipynb"]
+
+
+def launch_urls(docname: str) -> dict[str, str]:
+    """The Colab, Binder and repository links a notebook page must carry."""
+    url, branch = setup_cell.repository()
+    org_repo = url.removeprefix("https://github.com/")
+    return {
+        "colab": f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/{docname}.ipynb",
+        "binder": f"https://mybinder.org/v2/gh/{org_repo}/{branch}?urlpath=tree/{docname}.ipynb",
+        "repository": url,
+    }
+
+
+def _newest_source_mtime() -> float:
+    newest = 0.0
+    for name in _SOURCES:
+        path = ROOT / name
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        for f in files:
+            if "__pycache__" in f.parts or ".ipynb_checkpoints" in f.parts:
+                continue
+            newest = max(newest, f.stat().st_mtime)
+    return newest
+
+
+def ensure_built_book() -> Path:
+    """``_build/html``, built now with ``make book`` if it is missing or older than its sources.
+
+    ``make test`` builds the book just before pytest, so there this reuses that build."""
+    fresh = (HTML / "index.html").exists() and BOOK_OK.exists() \
+        and BOOK_OK.stat().st_mtime >= _newest_source_mtime()
+    if not fresh:
+        result = subprocess.run(["make", "-s", "book"], cwd=ROOT, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"the book does not build (log: {BOOK_LOG}):\n{result.stdout[-4000:]}")
+    return HTML
+
+
+def in_ci() -> bool:
+    return bool(os.environ.get("CI"))

@@ -1,0 +1,208 @@
+"""The book's sources and its build: table of contents, notebooks, setup cells, assets, pages.
+
+The checks on the built HTML reuse ``_build/html`` (``make test`` builds it just before), or
+build it first when it is missing or older than its sources.
+"""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from book_support import (
+    BOOK_LOG,
+    ROOT,
+    config,
+    ensure_built_book,
+    launch_urls,
+    notebook_docnames,
+    setup_cell,
+    source_of,
+    toc_docnames,
+)
+
+ASSETS = ROOT / "_assets"
+ASSET_BUDGET = 6.5 * 2**20  # bytes: the vendored JavaScript, fonts and MathJax subset
+
+
+# Sources ----------------------------------------------------------------------------------
+
+
+def test_toc_lists_existing_pages_and_every_notebook():
+    docnames = toc_docnames()
+    assert docnames[0] == "intro"
+    assert len(docnames) == len(set(docnames)), "a page is listed twice"
+    for docname in docnames:
+        source_of(docname)  # raises if the page does not exist
+        both = [ROOT / f"{docname}{s}" for s in (".md", ".ipynb")]
+        assert not all(p.exists() for p in both), f"{docname} has both .md and .ipynb"
+    listed = {source_of(d) for d in docnames}
+    for nb_path in setup_cell.notebooks():
+        assert nb_path in listed, f"{nb_path.relative_to(ROOT)} is not in _toc.yml"
+
+
+def test_setup_chapter_and_appendix_pages_are_listed():
+    docnames = toc_docnames()
+    for page in ("chapters/00_setup", "appendix/notation", "appendix/glossary",
+                 "appendix/references", "appendix/interactive_figures"):
+        assert page in docnames
+
+
+@pytest.mark.parametrize("path", setup_cell.notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_is_stored_without_outputs(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"cell {i} of {path.name} has stored outputs"
+            assert cell.execution_count is None, f"cell {i} of {path.name} has an execution count"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+@pytest.mark.parametrize("path", setup_cell.notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_setup_cell_agrees_with_config(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    problems = setup_cell.problems(nb, setup_cell.setup_cell_source())
+    assert not problems, (f"{path.relative_to(ROOT)}: {'; '.join(problems)}. "
+                          "Run `make setup-cells` (or `make book`) to rewrite the setup cells.")
+    url, branch = setup_cell.repository()
+    assert f'"git+{url}@{branch}"' in nb.cells[1].source
+    assert "TRANSFORMER_LIB_SOURCE" in nb.cells[1].source
+
+
+def test_setup_cell_follows_the_repository_in_config(tmp_path: Path):
+    """Moving the course means editing repository.url in _config.yml: the cell follows."""
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    url, branch = setup_cell.repository()
+    moved = tmp_path / "_config.yml"
+    moved.write_text(text.replace(url, "https://github.com/someone/fork"), encoding="utf-8")
+    assert setup_cell.repository(moved) == ("https://github.com/someone/fork", branch)
+    source = setup_cell.setup_cell_source(moved)
+    assert f"git+https://github.com/someone/fork@{branch}" in source
+    assert url not in source
+
+
+def test_setup_cell_does_nothing_where_the_library_is_installed(monkeypatch):
+    calls = []
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
+    exec(setup_cell.setup_cell_source(), {})  # transformer_lib is installed here
+    assert calls == []
+
+
+def test_execution_settings():
+    execute = config()["execute"]
+    assert execute["execute_notebooks"] == "force"
+    assert execute["raise_on_error"] is True
+    assert 0 < execute["timeout"] <= 600
+
+
+def test_vendored_assets_exist_and_stay_small():
+    sphinx = config()["sphinx"]["config"]
+    assert sphinx["html_static_path"] == ["_assets"]
+    # A folder named _static would make Jupyter Book inject every .js under every static
+    # path (MathJax's extensions and the widget manager included) into every page.
+    assert not (ROOT / "_static").exists()
+    assert (ASSETS / sphinx["mathjax_path"]).is_file()
+    for script in sphinx["nb_ipywidgets_js"]:
+        assert "://" not in script, f"{script} is not served by the book"
+        assert (ASSETS / script).is_file(), script
+    size = sum(p.stat().st_size for p in ASSETS.rglob("*") if p.is_file())
+    assert size <= ASSET_BUDGET, f"_assets holds {size / 2**20:.1f} MiB"
+    readme = (ASSETS / "README.md").read_text(encoding="utf-8")
+    for package in ("@jupyter-widgets/html-manager", "requirejs", "mathjax"):
+        assert package in readme, f"{package} is not listed in _assets/README.md"
+
+
+# The built book ---------------------------------------------------------------------------
+
+
+class _Page(HTMLParser):
+    """The links and scripts of one HTML page."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+        self.scripts: list[str] = []
+        self.inline_scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+        if tag == "script":
+            if attrs.get("src"):
+                self.scripts.append(attrs["src"])
+            elif not attrs.get("type") or "javascript" in attrs.get("type", ""):
+                self._in_script = True
+                self.inline_scripts.append("")
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.inline_scripts[-1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+@pytest.fixture(scope="module")
+def html() -> Path:
+    return ensure_built_book()
+
+
+@pytest.mark.book
+def test_build_log_has_no_warnings(html):
+    log = BOOK_LOG.read_text(encoding="utf-8", errors="replace")
+    warnings = [line for line in log.splitlines()
+                if re.search(r"\bWARNING\b", line) and "[IPKernelApp]" not in line]
+    assert not warnings, "\n".join(warnings[:20])
+    assert not (html / "reports").exists(), "execution reports were written: a notebook failed"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("docname", toc_docnames())
+def test_page_is_built_and_uses_no_outside_scripts(html, docname):
+    path = html / f"{docname}.html"
+    assert path.is_file()
+    page = _parse(path)
+    outside = [s for s in page.scripts if "://" in s or s.startswith("//")]
+    assert not outside, f"{docname} loads scripts from elsewhere: {outside}"
+    assert any("_static/mathjax/tex-chtml.js" in s for s in page.scripts) or "class=\"math" not in \
+        path.read_text(encoding="utf-8"), f"{docname} has math but not the local MathJax"
+    inline = [s.strip() for s in page.inline_scripts if s.strip()]
+    duplicated = {s for s in inline if inline.count(s) > 1}
+    assert not duplicated, f"{docname} repeats inline scripts: {duplicated}"
+    assert launch_urls(docname)["repository"] in page.links, "no repository button"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("docname", notebook_docnames())
+def test_notebook_page_has_launch_buttons(html, docname):
+    page = _parse(html / f"{docname}.html")
+    expected = launch_urls(docname)
+    assert expected["colab"] in page.links, f"no Colab link {expected['colab']}"
+    assert expected["binder"] in page.links, f"no Binder link {expected['binder']}"
+
+
+@pytest.mark.book
+def test_widget_page_loads_the_local_widget_manager(html):
+    page = _parse(html / "appendix" / "interactive_figures.html")
+    text = (html / "appendix" / "interactive_figures.html").read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-state+json" in text
+    order = [next(i for i, s in enumerate(page.scripts) if name in s)
+             for name in ("widgets/require.js", "widgets/widgets-shim.js",
+                          "widgets/html-manager/dist/embed-amd.js")]
+    assert order == sorted(order), f"widget scripts out of order: {page.scripts}"
+    # ... and only there: pages without widgets do not pay for the 3.6 MB manager.
+    intro = _parse(html / "intro.html")
+    assert not any("embed-amd" in s or "require.js" in s for s in intro.scripts)

@@ -1,0 +1,258 @@
+"""Every page of the built book in a real browser, with every request off this machine blocked.
+
+Serves ``_build/html`` on 127.0.0.1 and drives Debian's Chromium (``/usr/bin/chromium``,
+``apt-get install -y chromium``) through Playwright; no browser is ever downloaded. On every
+page: no console errors, no failed or outside requests, math typeset by MathJax, every image
+loaded, launch links well formed. On pages with widgets: every slider and toggle changes the
+picture, with no Python kernel behind the page.
+
+Without Chromium or Playwright the test skips with the reason, except in CI (``CI`` set),
+where it fails instead.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from book_support import ensure_built_book, in_ci, launch_urls, notebook_docnames, toc_docnames
+
+pytestmark = [pytest.mark.browser, pytest.mark.book]
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+# html-manager can log this when a Stack-linked control moves fast; the picture still updates.
+HARMLESS_CONSOLE = [re.compile(r"processLuminoMessage")]
+WIDGET_PAGES = ["appendix/interactive_figures"]
+
+
+def _chromium() -> str:
+    for candidate in (os.environ.get("CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return ""
+
+
+def _missing(reason: str):
+    if in_ci():
+        pytest.fail(f"{reason} (required in CI)")
+    pytest.skip(reason)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    html = ensure_built_book()
+    handler = functools.partial(_QuietHandler, directory=str(html))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _Browser:
+    """One Chromium profile; records what goes wrong on the current page."""
+
+    def __init__(self, context):
+        self.context = context
+        self.outside: list[str] = []
+        context.route("**/*", self._route)
+
+    def _route(self, route):
+        url = route.request.url
+        if urlparse(url).hostname in LOCAL_HOSTS:
+            route.continue_()
+        else:
+            self.outside.append(url)
+            route.abort()
+
+    def open(self, url: str):
+        page = self.context.new_page()
+        problems: list[str] = []
+
+        def on_console(msg):
+            if msg.type == "error" and not any(p.search(msg.text) for p in HARMLESS_CONSOLE):
+                problems.append(f"console error: {msg.text} @ {msg.location.get('url', '')}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
+        page.on("requestfailed", lambda req: problems.append(
+            f"request failed: {req.url} ({req.failure})"))
+        page.on("response", lambda res: res.status >= 400 and problems.append(
+            f"HTTP {res.status}: {res.url}"))
+        self.outside.clear()
+        page.goto(url, wait_until="load")
+        # MathJax typesets after its startup; widgets render at the load event.
+        page.evaluate("""async () => {
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+                await MathJax.startup.promise;
+            }
+        }""")
+        return page, problems
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    chromium = _chromium()
+    if not chromium:
+        _missing("Chromium not found: apt-get install -y chromium (or set CHROMIUM=/path)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("Playwright for Python is not installed: pip install -r requirements.txt")
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile), executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900}, service_workers="block")
+        try:
+            yield _Browser(context)
+        finally:
+            context.close()
+
+
+def _scroll_through(page) -> None:
+    page.evaluate("""async () => {
+        for (let y = 0; y < document.body.scrollHeight; y += 600) {
+            window.scrollTo(0, y);
+            await new Promise(r => setTimeout(r, 20));
+        }
+        window.scrollTo(0, 0);
+    }""")
+
+
+def _wait_for_images(page) -> list[str]:
+    """Sources (shortened) of the images on show that did not load. (Images inside collapsed
+    or unselected widget containers are not on show: a Stack draws only its selected frame.)"""
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=15000)
+    return page.evaluate("""() => Array.from(document.images)
+        .filter(i => i.getClientRects().length > 0)
+        .filter(i => !(i.complete && i.naturalWidth > 0))
+        .map(i => (i.currentSrc || i.src || '(no src)').slice(0, 120))""")
+
+
+@pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
+def test_page(server, browser, docname):
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        if docname in WIDGET_PAGES:
+            _wait_for_widgets(page)
+        _scroll_through(page)
+        broken = _wait_for_images(page)
+        assert not broken, f"images that did not load: {broken}"
+
+        math = page.evaluate("""() => {
+            const nodes = Array.from(document.querySelectorAll('.math'));
+            return {total: nodes.length,
+                    typeset: nodes.filter(n => n.querySelector('mjx-container')).length,
+                    errors: document.querySelectorAll('mjx-merror').length};
+        }""")
+        assert math["typeset"] == math["total"], f"math not typeset: {math}"
+        assert math["errors"] == 0, f"MathJax errors: {math}"
+
+        hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+        if docname in notebook_docnames():
+            expected = launch_urls(docname)
+            colab = [h for h in hrefs if "colab.research.google.com" in h]
+            binder = [h for h in hrefs if "mybinder.org" in h]
+            assert colab == [expected["colab"]], colab
+            assert binder == [expected["binder"]], binder
+            assert re.fullmatch(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/"
+                                r"[\w.-]+/[\w/.-]+\.ipynb", colab[0])
+        else:
+            assert not any("colab.research.google.com" in h or "mybinder.org" in h for h in hrefs)
+
+        page.wait_for_timeout(300)  # late console messages
+        assert not problems, "\n".join(problems)
+        assert not browser.outside, f"requests that left the machine: {browser.outside}"
+    finally:
+        page.close()
+
+
+def _wait_for_widgets(page) -> None:
+    views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+    assert views > 0, "no widget views on the page"
+    page.wait_for_function(f"() => document.querySelectorAll('.jp-OutputArea-output .widget-vbox, "
+                           f".cell_output .widget-vbox').length >= {views}", timeout=30000)
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=15000)
+
+
+def _widget_roots(page):
+    """The outermost widget box of every widget output on the page."""
+    return page.locator(".cell_output .widget-vbox:not(.widget-vbox .widget-vbox)")
+
+
+def _picture(root) -> bytes:
+    """A screenshot of the widget's pictures only (not its controls, whose labels change too):
+    the smallest element of ``root`` that holds every image on show."""
+    root.page.wait_for_timeout(250)
+    found = root.evaluate("""r => {
+        r.querySelectorAll('[data-picture]').forEach(e => e.removeAttribute('data-picture'));
+        const shown = Array.from(r.querySelectorAll('img'))
+            .filter(i => i.getClientRects().length && i.naturalWidth > 0);
+        if (!shown.length) return false;
+        let box = shown[0].parentElement;
+        while (!shown.every(i => box.contains(i))) box = box.parentElement;
+        box.setAttribute('data-picture', '');
+        return true;
+    }""")
+    assert found, "the widget shows no picture"
+    return root.locator("[data-picture]").screenshot(animations="disabled")
+
+
+@pytest.mark.parametrize("docname", WIDGET_PAGES)
+def test_widget_controls_change_the_picture(server, browser, docname):
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        _wait_for_widgets(page)
+        roots = _widget_roots(page)
+        assert roots.count() >= 1
+        moved = 0
+        for r in range(roots.count()):
+            root = roots.nth(r)
+            root.scroll_into_view_if_needed()
+            moved_before = moved
+            # Sliders: focus the handle, step it with the keyboard, compare the pictures.
+            handles = root.locator(".noUi-handle")
+            for h in range(handles.count()):
+                handle = handles.nth(h)
+                if not handle.is_visible():
+                    continue
+                before = _picture(root)
+                handle.focus()
+                handle.press("ArrowRight")
+                after = _picture(root)
+                assert before != after, f"slider {h} of widget {r} did not change the picture"
+                handle.press("ArrowLeft")  # back, so the next control starts from frame 0
+                moved += 1
+            # Toggle buttons: click each unselected one in turn.
+            toggles = root.locator(".widget-toggle-buttons button")
+            for t in range(toggles.count()):
+                button = toggles.nth(t)
+                if not button.is_visible() or "mod-active" in (button.get_attribute("class") or ""):
+                    continue
+                before = _picture(root)
+                button.click()
+                after = _picture(root)
+                assert before != after, f"toggle {t} of widget {r} did not change the picture"
+                moved += 1
+            assert moved > moved_before, f"widget {r} has no slider or toggle to move"
+        assert not problems, "\n".join(problems)
+        assert not browser.outside, f"requests that left the machine: {browser.outside}"
+    finally:
+        page.close()
