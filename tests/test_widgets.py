@@ -109,8 +109,10 @@ def test_attention_explorer_frame_at_indices_shows_that_combination(explorer, re
 def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model):
     live = explorer.live
     explorer.controls["layer"].value, explorer.controls["head"].value = 1, 0
+    assert live["image"].layout.display == "none"  # nothing to show before a render
     live["text"].value = "3 10 7"
     live["button"].click()
+    assert live["image"].layout.display is None
     tokens = torch.tensor([[3, 10, 7]])
     with torch.no_grad():
         out = model.greedy_decode(tokens, 3, BOS)  # (1, 4)

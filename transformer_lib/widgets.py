@@ -164,7 +164,9 @@ def _live_extra(model: EncoderDecoder, layer: widgets.IntSlider,
     """The kernel-only part of :func:`attention_explorer`: type a sequence, see its map."""
     live = {"text": widgets.Text(value="", placeholder="e.g. 31415926", description="sequence"),
             "button": widgets.Button(description="Render"),
-            "status": widgets.HTML(""), "image": widgets.Image(format="png")}
+            "status": widgets.HTML(""),
+            # Hidden until a kernel renders into it: an empty image would not load in the book.
+            "image": widgets.Image(format="png", layout=widgets.Layout(display="none"))}
 
     def render_live(_=None) -> None:
         """Decode the typed sequence and draw its map for the current layer and head."""
@@ -184,6 +186,7 @@ def _live_extra(model: EncoderDecoder, layer: widgets.IntSlider,
         l, h = layer.value, head.value
         live["image"].value = _attention_frames(seq_weights[l, 0, h], tokens, seq_out[0].tolist(),
                                                 l, h, steps=False)[0]
+        live["image"].layout.display = None  # shown from the first render on
         decoded = seq_out[0, 1:].tolist()
         verdict = "correct" if decoded == tokens[::-1] else "not the reversal"
         live["status"].value = f"decoded: {' '.join(map(str, decoded))} ({verdict})"
