@@ -186,3 +186,20 @@ def test_wrong_input_width_is_rejected():
 def test_bad_causal_mask_sizes_are_rejected():
     with pytest.raises(ValueError, match="T=5, S=3"):
         causal_mask(5, 3)
+
+
+def test_fp64_attention_keeps_fp64_precision():
+    q, k, v = (torch.randn(2, 6, 16, dtype=torch.float64) for _ in range(3))
+    out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(6))
+    scores = (q @ k.transpose(-1, -2) / 4.0).masked_fill(~causal_mask(6), float("-inf"))
+    assert w.dtype == torch.float64
+    assert (w - torch.softmax(scores, -1)).abs().max() < 1e-14
+    assert (out - torch.softmax(scores, -1) @ v).abs().max() < 1e-13
+
+
+def test_half_precision_softmax_runs_in_fp32():
+    q = (20 * torch.randn(1, 4, 8)).to(torch.bfloat16)
+    out, w = scaled_dot_product_attention(q, q, q)
+    assert w.dtype == out.dtype == torch.bfloat16
+    ref = torch.softmax((q.float() @ q.float().transpose(-1, -2)) / 8 ** 0.5, -1)
+    assert (w.float() - ref).abs().max() < 2e-2  # bf16 has ~3 significant digits

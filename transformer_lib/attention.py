@@ -10,8 +10,6 @@ convention for boolean masks (True = "blocked"); pass ``~mask`` to them.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -69,17 +67,18 @@ def scaled_dot_product_attention(
             f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}"
         )
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (..., T, S)
-    scores = scores.float()  # softmax in (at least) fp32
-    if q.dtype == torch.float64:
-        scores = scores.double()
+    scores = (q * D ** -0.5) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than scores
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()  # softmax in at least fp32 (fp64 stays fp64)
     if mask is not None:
         _check_mask(mask, T, S, scores.shape[:-2])
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     if mask is not None:
-        # Rows with no visible key are NaN after softmax(-inf, ..., -inf): make them 0.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        # A row with no visible key is NaN after softmax(-inf, ..., -inf): make it 0.
+        has_key = mask.any(dim=-1, keepdim=True)  # broadcastable to (..., T, 1)
+        if not bool(has_key.all()):
+            weights = weights.masked_fill(~has_key, 0.0)
     weights = weights.to(v.dtype)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
