@@ -1,7 +1,8 @@
 # Two commands on a fresh machine (Python >= 3.10):
 #   make book   build the whole book into _build/html
 #   make test   build the book, then run every test (library, notebooks, book, browser, Colab-like)
-# Both create .venv and install requirements.txt the first time.
+# Both create .venv and install requirements.txt the first time. For instructors,
+# `make student` writes the chapters without their solutions into exercises/.
 
 PYTHON   ?= python3
 VENV     := .venv
@@ -11,7 +12,7 @@ BOOK_LOG := _build/book.log
 BOOK_OK  := _build/book.ok
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells test bench clean
+.PHONY: install book setup-cells student test bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,11 @@ install: $(STAMP)
 # Rewrite the setup cell of every notebook from repository.url / branch in _config.yml.
 setup-cells: $(STAMP)
 	@$(PY) _ext/setup_cell.py --write
+
+# Student copies: every chapter with its solutions taken out, written to exercises/ (same
+# file names; see tools/make_student.py). Commit them: a test fails when they are stale.
+student: $(STAMP)
+	@$(PY) tools/make_student.py
 
 # Every page is rebuilt and every notebook executed (--all, execute_notebooks: force: a change
 # in transformer_lib alone shows up); warnings are errors (-W -n). The whole
@@ -58,9 +64,14 @@ endif
 # instead of about 25 s). Book builds and tests run their kernels single-threaded.
 book test: export OMP_NUM_THREADS := 1
 
-# One build, then pytest: the library tests, nbval over chapters/ and appendix/ (see
-# pyproject.toml), and the book, browser and Colab-like tests, which reuse _build/html.
+# One build, then pytest: the library tests, nbval over chapters/, appendix/ and exercises/
+# (see pyproject.toml), and the book, browser and Colab-like tests, which reuse _build/html.
+# Outside CI the student copies are first regenerated (make student); in CI they are only
+# checked (tests/test_student.py), so a commit that forgot them fails.
 test: book
+ifndef CI
+	@$(PY) tools/make_student.py
+endif
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -212,3 +212,29 @@ def test_loss_curve_default_steps_and_errors():
         plotting.loss_curve({"loss": [1.0, 0.5, 0.25], "step": [0, 1]})
     with pytest.raises(ValueError, match="'loss'"):
         plotting.loss_curve({"val_loss": [1.0]})
+
+
+# score_variance ------------------------------------------------------------------------
+
+
+def test_score_variance_plots_measurements_and_theory_on_log_axes():
+    dims = [4, 16, 64]
+    unscaled, scaled = [4.1, 15.8, 63.0], [1.02, 0.99, 0.98]
+    fig, ax = plotting.score_variance(torch.tensor(dims), unscaled, np.array(scaled), title="var")
+    labels = [line.get_label() for line in ax.lines]
+    assert labels == ["d_k (theory)", "1 (theory)", "q·k (measured)", "q·k / √d_k (measured)"]
+    for line, expected in zip(ax.lines, [dims, [1.0, 1.0, 1.0], unscaled, scaled]):
+        np.testing.assert_array_equal(line.get_xdata(), dims)
+        np.testing.assert_allclose(line.get_ydata(), expected, rtol=0, atol=1e-12)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_title() == "var" and fig is ax.figure
+    assert ax.get_legend() is not None
+
+
+def test_score_variance_on_given_axes_and_errors():
+    fig, ax = plt.subplots()
+    assert plotting.score_variance([2, 8], [2.0, 8.0], [1.0, 1.0], ax=ax) == (fig, ax)
+    with pytest.raises(ValueError, match="d_k has 2 entries but unscaled has 1 and scaled has 2"):
+        plotting.score_variance([2, 8], [2.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="positive"):
+        plotting.score_variance([0, 8], [2.0, 8.0], [1.0, 1.0])

@@ -314,3 +314,51 @@ def loss_curve(
     ax.grid(alpha=0.3)
     _label(ax, title, "step", "loss")
     return fig, ax
+
+
+def score_variance(
+    d_k: Sequence[int] | ArrayLike,
+    unscaled: ArrayLike,
+    scaled: ArrayLike,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> tuple[Figure, Axes]:
+    """Plot the measured variance of attention scores against the head dimension d_k.
+
+    Two measured series, q·k and q·k/√d_k, are drawn with markers on log-log axes (base 2),
+    over wide pale lines for the values the theory predicts for independent, zero-mean,
+    unit-variance components: var(q·k) = d_k (red) and var(q·k/√d_k) = 1 (blue).
+
+    Args:
+        d_k: N head dimensions (positive), e.g. [4, 16, 64, 256].
+        unscaled: N measured variances of q·k, one per d_k.
+        scaled: N measured variances of q·k/√d_k, one per d_k.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+
+    Returns:
+        (fig, ax). The lines are labelled "d_k (theory)", "1 (theory)", "q·k (measured)"
+        and "q·k / √d_k (measured)", in that order.
+    """
+    dims = _to_numpy(d_k).reshape(-1)
+    raw = _to_numpy(unscaled).reshape(-1)
+    norm = _to_numpy(scaled).reshape(-1)
+    if len(raw) != len(dims) or len(norm) != len(dims):
+        raise ValueError(
+            f"d_k has {len(dims)} entries but unscaled has {len(raw)} and scaled has {len(norm)}"
+        )
+    if len(dims) == 0 or np.any(dims <= 0):
+        raise ValueError(f"d_k must be a non-empty list of positive sizes, got {dims.tolist()}")
+    fig, ax = _new_axes(ax, figsize=(6, 3.5))
+    # Theory first, as wide pale bands, so that the measurements drawn on top stay visible.
+    ax.plot(dims, dims, "-", color="tab:red", alpha=0.25, linewidth=6, label="d_k (theory)")
+    ax.plot(dims, np.ones_like(dims), "-", color="tab:blue", alpha=0.25, linewidth=6, label="1 (theory)")
+    ax.plot(dims, raw, "o:", color="tab:red", label="q·k (measured)")
+    ax.plot(dims, norm, "s:", color="tab:blue", label="q·k / √d_k (measured)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE)
+    _label(ax, title, "head dimension d_k", "variance of the score")
+    return fig, ax

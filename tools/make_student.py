@@ -1,0 +1,220 @@
+"""Student copies of the chapters: the same notebooks with the solutions taken out.
+
+    python tools/make_student.py           # write exercises/<chapter>.ipynb for every chapter
+    python tools/make_student.py --check   # exit 1 and name the copies that are out of date
+
+What changes from a chapter (``chapters/*.ipynb``) to its student copy:
+
+- the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers, inside
+  the function the student completes) become ``# YOUR CODE HERE`` and
+  ``raise NotImplementedError()``, indented like the markers;
+- a Markdown cell holding a ``{solution}`` directive, and every cell tagged ``instructor``, is
+  left out;
+- ``assert check_...(...)`` becomes a plain call, so that an unfinished exercise is reported
+  by its checker ("not attempted yet") instead of stopping the notebook;
+- a Markdown cell that is one ``{exercise}`` directive becomes plain Markdown headed
+  "**Exercise N (title)**", numbered in page order as the book numbers them, since Jupyter
+  and Colab do not render MyST directives;
+- outputs and execution counts are cleared, and a cell with a solution region loses its
+  ``hide-input`` tag (which folds the reference solution in the book). Every other cell is
+  kept as it is.
+
+The chapters are only read. The same chapters give byte-identical copies, and copies whose
+chapter is gone are removed. A marker out of place (an END without a BEGIN, a BEGIN without
+an END, one region inside another, a region outside a function) stops the script with the
+notebook, the cell and the line, before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_DIR = ROOT / "chapters"
+STUDENT_DIR = ROOT / "exercises"
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+INSTRUCTOR_TAG = "instructor"
+_SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
+_EXERCISE_OPEN = re.compile(r"^(`{3,}|:{3,})\{exercise\}\s*(.*)$")
+_OPTION = re.compile(r"^:[\w-]+:")
+_CHECK_ASSERT = re.compile(r"^(\s*)assert\s+(check_\w+\(.*\))\s*$")
+
+
+class MarkerError(ValueError):
+    """A solution region or a solution directive that cannot be taken out cleanly."""
+
+
+def _where(name: str, index: int, cell, line: int | None = None) -> str:
+    first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+    at = f", line {line}" if line is not None else ""
+    return f"{name}, cell {index} (counting from 0, starts {first[:40]!r}){at}"
+
+
+def strip_solutions(source: str, where: str = "<cell>") -> str:
+    """Replace every solution region of a code cell's ``source`` by the stub."""
+    out: list[str] = []
+    begin_line = None  # line number of the open region's BEGIN marker, if inside one
+    for number, line in enumerate(source.split("\n"), start=1):
+        marker = line.strip()
+        if marker == BEGIN:
+            if begin_line is not None:
+                raise MarkerError(f"{where}, line {number}: {BEGIN!r} inside the region opened "
+                                  f"at line {begin_line}; close it with {END!r} first")
+            indent = line[: len(line) - len(line.lstrip())]
+            if not indent:
+                raise MarkerError(f"{where}, line {number}: a solution region at the top level; "
+                                  "put it inside the function the student completes, or the "
+                                  "student copy stops at this cell")
+            out += [indent + STUB[0], indent + STUB[1]]
+            begin_line = number
+        elif marker == END:
+            if begin_line is None:
+                raise MarkerError(f"{where}, line {number}: {END!r} without a {BEGIN!r} before it")
+            begin_line = None
+        elif begin_line is None:
+            out.append(_CHECK_ASSERT.sub(r"\1\2", line))
+    if begin_line is not None:
+        raise MarkerError(f"{where}, line {begin_line}: {BEGIN!r} without an {END!r} after it")
+    return "\n".join(out)
+
+
+def _is_solution_cell(cell, where: str) -> bool:
+    """A Markdown cell that is exactly one ``{solution}`` directive (to be left out)."""
+    if cell.cell_type != "markdown" or "{solution" not in cell.source:
+        return False
+    lines = cell.source.strip().splitlines()
+    opening = _SOLUTION_OPEN.match(lines[0])
+    if not opening or lines[-1].strip() != opening.group(1):
+        raise MarkerError(f"{where}: a {{solution}} directive must be a Markdown cell of its "
+                          "own, from its opening fence to its closing one")
+    return True
+
+
+def exercise_as_markdown(source: str, number: int) -> str | None:
+    """A cell that is exactly one ``{exercise}`` directive, as plain Markdown (else None)."""
+    lines = source.strip().splitlines()
+    opening = _EXERCISE_OPEN.match(lines[0]) if lines else None
+    if not opening or len(lines) < 2 or lines[-1].strip() != opening.group(1):
+        return None
+    body = lines[1:-1]
+    while body and _OPTION.match(body[0]):  # :label:, :class:, ...
+        body.pop(0)
+    title = opening.group(2).strip()
+    head = f"**Exercise {number}" + (f" ({title})**" if title else "**")
+    return "\n".join([head, *body])
+
+
+def student_notebook(nb, name: str = "<notebook>"):
+    """The student copy of notebook ``nb`` (which is left unchanged)."""
+    student = copy.deepcopy(nb)
+    cells = []
+    exercises = 0
+    for index, cell in enumerate(nb.cells):
+        where = _where(name, index, cell)
+        if INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        if _is_solution_cell(cell, where):
+            continue
+        cell = copy.deepcopy(cell)
+        if cell.cell_type == "code":
+            if BEGIN in cell.source and "hide-input" in cell.metadata.get("tags", []):
+                cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != "hide-input"]
+                if not cell.metadata["tags"]:
+                    del cell.metadata["tags"]
+            cell.source = strip_solutions(cell.source, where)
+            cell.outputs = []
+            cell.execution_count = None
+        elif cell.cell_type == "markdown":
+            text = exercise_as_markdown(cell.source, exercises + 1)
+            if text is not None:
+                exercises += 1
+                cell.source = text
+        cells.append(cell)
+    student.cells = cells
+    nbformat.validate(student)
+    return student
+
+
+def _render(nb) -> bytes:
+    text = nbformat.writes(nb)
+    return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+
+
+def student_copies(source_dir: Path = SOURCE_DIR) -> dict[str, bytes]:
+    """File name -> bytes of the student copy, for every notebook in ``source_dir``."""
+    copies = {}
+    for path in sorted(source_dir.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        copies[path.name] = _render(student_notebook(nb, _display(path)))
+    return copies
+
+
+def write_student_copies(source_dir: Path = SOURCE_DIR, out_dir: Path = STUDENT_DIR) -> list[str]:
+    """Write every student copy into ``out_dir`` and remove those without a chapter.
+
+    Returns the names of the files written or removed (those that changed)."""
+    copies = student_copies(source_dir)  # every notebook converts before anything is written
+    out_dir.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for name, data in copies.items():
+        target = out_dir / name
+        if not target.exists() or target.read_bytes() != data:
+            target.write_bytes(data)
+            changed.append(name)
+    for old in sorted(out_dir.glob("*.ipynb")):
+        if old.name not in copies:
+            old.unlink()
+            changed.append(old.name)
+    return changed
+
+
+def stale_copies(source_dir: Path = SOURCE_DIR, out_dir: Path = STUDENT_DIR) -> list[str]:
+    """Names of the copies in ``out_dir`` that are missing, out of date, or without a chapter."""
+    copies = student_copies(source_dir)
+    stale = [name for name, data in copies.items()
+             if not (out_dir / name).exists() or (out_dir / name).read_bytes() != data]
+    stale += [p.name for p in sorted(out_dir.glob("*.ipynb")) if p.name not in copies]
+    return stale
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a copy is missing or out of date")
+    parser.add_argument("--source", type=Path, default=SOURCE_DIR, help="the chapters")
+    parser.add_argument("--out", type=Path, default=STUDENT_DIR, help="where the copies go")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            stale = stale_copies(args.source, args.out)
+            for name in stale:
+                print(f"{_display(args.out / name)} is out of date: run `make student`",
+                      file=sys.stderr)
+            return 1 if stale else 0
+        changed = write_student_copies(args.source, args.out)
+    except MarkerError as exc:
+        print(f"make_student: {exc}", file=sys.stderr)
+        return 1
+    count = len(list(args.out.glob("*.ipynb")))
+    print(f"{count} student notebook(s) in {_display(args.out)}; "
+          f"{len(changed)} changed{': ' + ', '.join(changed) if changed else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
