@@ -39,6 +39,15 @@ __all__ = [
     "check_repeat_kv",
     "check_split_heads",
     "check_merge_heads",
+    "check_causal_mask",
+    "check_masked_softmax",
+    "check_softmax_jacobian",
+    "check_reversal_targets",
+    "check_mirror_alignment",
+    "check_transform_qk",
+    "check_mha_param_count",
+    "check_head_weight",
+    "check_multi_head",
 ]
 
 # fp32 inputs, and a student may order the operations differently from the reference
@@ -710,4 +719,404 @@ def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> CheckResult:
         ("a non-contiguous input, as split_heads returns it",
          case(_split_heads(y, 2))),
         ("one head: x (2, 1, 3, 6)", case(torch.randn(2, 1, 3, 6, generator=g))),
+    ])
+
+
+# Chapter 1: a causal mask with a cached prefix ----------------------------------------------
+
+
+def check_causal_mask(causal_mask_fn: Callable[[int, int], Tensor]) -> CheckResult:
+    """Check ``causal_mask(T, S)``, a boolean ``(T, S)`` mask (True = may attend) whose T
+    queries are the last T of S positions, against :func:`transformer_lib.attention.causal_mask`."""
+
+    def case(T: int, S: int) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(causal_mask_fn, [T, S], ["T", "S"])
+            want = causal_mask(T, S)  # (T, S)
+            if isinstance(got, Tensor) and got.dtype != torch.bool and got.shape == want.shape:
+                raise _Failure(f"the mask should be boolean (True = may attend), got {got.dtype}",
+                               "compare positions (cols <= rows) or call .bool()")
+            ones = torch.ones(T, S, dtype=torch.bool)
+            _compare(got, want, "the mask", letters="(T, S)", axes=("query", "key"),
+                     mistakes=[
+                         (ones.tril(), "the queries are the *last* T of the S positions (a "
+                                       "cached prefix of S - T comes first): shift the diagonal "
+                                       "by S - T, e.g. .tril(diagonal=S - T)"),
+                         (ones.triu(S - T), "this is upper-triangular: a query sees the keys "
+                                            "*before* it (and itself), the lower triangle"),
+                         (ones.tril(S - T - 1), "off by one: a query may attend to itself, so "
+                                                "the diagonal belongs to the allowed keys (<=, "
+                                                "not <)"),
+                         (~want, "True means *may attend*: this mask is inverted"),
+                     ],
+                     shape_hints={(T, T): "one column per key, cached prefix included: "
+                                          "(T, S), not (T, T)",
+                                  (S, S): "one row per query: (T, S); only the last T "
+                                          "positions ask"})
+        return run
+
+    return _run("causal_mask", causal_mask_fn, [
+        ("T = S = 4: plain self-attention", case(4, 4)),
+        ("T = 3 new queries after a prefix of 4 (S = 7)", case(3, 7)),
+        ("one new query (T = 1, S = 5): decoding step", case(1, 5)),
+    ])
+
+
+# Chapter 1: a masked softmax ----------------------------------------------------------------
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return w.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
+def check_masked_softmax(masked_softmax: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
+    """Check ``masked_softmax(scores, mask)``: a softmax over the last axis in which keys where
+    ``mask`` is False get weight 0, visible weights sum to 1, and a row with no visible key
+    gets zeros rather than NaN. ``mask`` broadcasts against ``scores``."""
+    g = _generator()
+    scores = 2 * torch.randn(4, 6, generator=g)  # (T, S)
+    causal = causal_mask(4, 6)  # (T, S)
+    s4 = 2 * torch.randn(2, 3, 4, 6, generator=g)  # (B, H, T, S)
+    padding = torch.ones(2, 1, 1, 6, dtype=torch.bool)  # (B, 1, 1, S)
+    padding[1, ..., 4:] = False
+    empty = causal.clone()
+    empty[2] = False  # query 2 sees nothing
+
+    def case(s: Tensor, m: Tensor, nan_hint: str | None = None) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(masked_softmax, [s, m], ["scores", "mask"])
+            mistakes = [
+                (torch.softmax(s.masked_fill(~m, 0.0), -1),
+                 "blocked scores were set to 0, but 0 is just another score (e^0 = 1): fill "
+                 "them with -inf before the softmax"),
+                (torch.softmax(s, -1) * m, "the weights were zeroed after the softmax, so the "
+                                           "rows no longer sum to 1: fill with -inf before"),
+                (_masked_softmax(s, ~m), "True means *may attend*: fill where the mask is "
+                                         "False (~mask)"),
+            ]
+            if not m.any(dim=-1).all():
+                mistakes.append((torch.softmax(s.masked_fill(~m, -1e9), -1),
+                                 "a row with no visible key must get zero weights, not a "
+                                 "uniform average over the blocked keys"))
+            _compare(got, _masked_softmax(s, m), "the weights", nan_hint=nan_hint,
+                     properties=[_no_weight_on_blocked(m), _rows_sum_to_one(m)],
+                     mistakes=mistakes)
+        return run
+
+    return _run("masked_softmax", masked_softmax, [
+        ("scores (4, 6), causal mask with a prefix of 2", case(scores, causal)),
+        ("scores (2, 3, 4, 6), padding mask (2, 1, 1, 6)", case(s4, padding)),
+        ("large scores (times 500)", case(500 * scores, causal)),
+        ("a row with no visible key gets zeros, not NaN",
+         case(scores, empty, "row 2 has no visible key: its softmax is 0 / 0 = NaN; give such "
+                             "rows zero weights with mask.any(dim=-1, keepdim=True)")),
+    ])
+
+
+# Chapter 1: the softmax's Jacobian ----------------------------------------------------------
+
+
+def check_softmax_jacobian(softmax_jacobian: Callable[[Tensor], Tensor]) -> CheckResult:
+    """Check ``softmax_jacobian(x)`` for a vector ``x (n,)``: the ``(n, n)`` matrix
+    ``J[i, j] = ∂ softmax(x)_i / ∂ x_j = p_i (δ_ij − p_j)``, against autograd."""
+    g = _generator()
+
+    def case(x: Tensor, nan_hint: str | None = None) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(softmax_jacobian, [x], ["x"])
+            want = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, 0), x)
+            p = torch.softmax(x, 0)
+            _compare(got, want, "the Jacobian", letters="(n, n)", axes=("output", "input"),
+                     nan_hint=nan_hint, mistakes=[
+                         (torch.diag(p), "only diag(p): every output also depends on the other "
+                                         "inputs through the sum, so subtract p pᵀ"),
+                         (torch.diag(p * (1 - p)), "only the diagonal p_i (1 − p_i) is right: the "
+                                                   "off-diagonal entries are −p_i p_j"),
+                         (torch.outer(p, p) - torch.diag(p), "the sign is flipped: "
+                                                             "J = diag(p) − p pᵀ"),
+                     ])
+        return run
+
+    x = torch.randn(6, generator=g)
+    return _run("softmax_jacobian", softmax_jacobian, [
+        ("x = [2, 1, 0]", case(torch.tensor([2.0, 1.0, 0.0]))),
+        ("random x of size 6", case(x)),
+        ("saturated: x = [8, -8]", case(torch.tensor([8.0, -8.0]))),
+        ("large scores: x + 1000", case(x + 1000, "exp(1000) overflows: compute p with a "
+                                                  "softmax that subtracts the maximum")),
+    ])
+
+
+# Chapter 2: teacher forcing for the reversal task -------------------------------------------
+
+
+def check_reversal_targets(reversal_targets: Callable[[Tensor, int], tuple]) -> CheckResult:
+    """Check ``reversal_targets(src, bos) -> (tgt_in, tgt_out)``, both ``(B, T)``: the target
+    is the reversed source, and the decoder reads it shifted right by one, after ``bos``."""
+    g = _generator()
+
+    def case(src: Tensor, bos: int) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(reversal_targets, [src, bos], ["src", "bos"])
+            if isinstance(got, Tensor) or not isinstance(got, (tuple, list)) or len(got) != 2:
+                raise _Failure(f"returned {_describe(got)}: return the pair (tgt_in, tgt_out)")
+            tgt_in, tgt_out = got
+            want_out = src.flip(1)  # (B, T)
+            start = torch.full_like(src[:, :1], bos)  # (B, 1)
+            want_in = torch.cat([start, want_out[:, :-1]], dim=1)  # (B, T)
+            axes = ("sequence", "step")
+            _compare(tgt_out, want_out, "tgt_out", letters="(B, T)", axes=axes,
+                     mistakes=[(src, "tgt_out is the source reversed: .flip(1)")])
+            _compare(tgt_in, want_in, "tgt_in", letters="(B, T)", axes=axes, mistakes=[
+                (want_out, "tgt_in is not shifted: the decoder would read the very token it "
+                           "must predict. Put bos first and drop the last target token"),
+                (torch.cat([want_out[:, 1:], start], dim=1),
+                 "shifted the wrong way: bos comes first, then the targets without their last"),
+                (torch.cat([start, src[:, :-1]], dim=1),
+                 "tgt_in must be built from the reversed source (the targets), not from src"),
+                (torch.cat([torch.zeros_like(start), want_out[:, :-1]], dim=1),
+                 f"the start token is the `bos` argument (here {bos}), not a fixed 0"),
+            ], shape_hints={(src.shape[0], src.shape[1] + 1):
+                            "tgt_in keeps length T: drop the last target token"})
+        return run
+
+    return _run("reversal_targets", reversal_targets, [
+        ("src (3, 5), bos = 0", case(torch.randint(1, 10, (3, 5), generator=g), 0)),
+        ("src (2, 4), bos = 11", case(torch.randint(1, 10, (2, 4), generator=g), 11)),
+        ("one token: src (2, 1), bos = 5", case(torch.randint(1, 10, (2, 1), generator=g), 5)),
+    ])
+
+
+# Chapter 2: how often a head looks at the mirrored position ---------------------------------
+
+
+def _mirror_alignment(w: Tensor) -> Tensor:
+    T = w.shape[-2]
+    mirrored = torch.arange(T - 1, -1, -1)  # (T,) step t reads source T-1-t
+    return (w.argmax(dim=-1) == mirrored).float().mean(dim=(0, 2))  # (H,)
+
+
+def check_mirror_alignment(mirror_alignment: Callable[[Tensor], Tensor]) -> CheckResult:
+    """Check ``mirror_alignment(weights)``: for cross-attention weights ``(n, H, T, S)`` with
+    ``S = T``, the fraction of (sequence, step) pairs whose argmax over the keys is the
+    mirrored position ``T − 1 − t``, one per head ``(H,)``."""
+    g = _generator()
+    n, T = 40, 6
+    noise = torch.randn(n, 3, T, T, generator=g)  # (n, H, T, S)
+    eye = torch.eye(T)
+    structured = noise + 2.5 * torch.stack([eye.flip(1), eye, torch.zeros(T, T)])  # per head
+    mirrored = torch.arange(T - 1, -1, -1)
+
+    def case(w: Tensor) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(mirror_alignment, [w], ["weights"])
+            H = w.shape[1]
+            _compare(got, _mirror_alignment(w), "the fractions", letters="(H,)", axes=("head",),
+                     mistakes=[
+                         ((w.argmax(-1) == torch.arange(T)).float().mean(dim=(0, 2)),
+                          "compared with the diagonal (position t): step t copies the mirrored "
+                          "source position T − 1 − t"),
+                         ((w.argmax(-2) == mirrored).float().mean(dim=(0, 2)),
+                          "the argmax ran over the queries (dim=-2): take it over the keys "
+                          "(dim=-1), one per query"),
+                         ((w.argmax(-1) == mirrored).float().sum(dim=(0, 2)),
+                          "these are counts: divide by the number of (sequence, step) pairs, "
+                          "or take .float().mean(dim=(0, 2))"),
+                     ],
+                     shape_hints={(): "one fraction per head: average over sequences and "
+                                      "steps only, dims (0, 2)",
+                                  (H, T): "average over the steps too: dims (0, 2)",
+                                  (n, H): "average over the sequences too: dims (0, 2)"})
+        return run
+
+    return _run("mirror_alignment", mirror_alignment, [
+        ("3 heads: mirrored, diagonal, random", case(torch.softmax(structured, -1))),
+        ("random weights (40, 3, 6, 6)", case(torch.softmax(noise, -1))),
+        ("one head, one step: T = 1", case(torch.ones(5, 1, 1, 1))),
+    ])
+
+
+# Chapter 2: a change of coordinates that keeps the scores -----------------------------------
+
+
+def check_transform_qk(transform_qk: Callable[[Tensor, Tensor, Tensor], tuple]) -> CheckResult:
+    """Check ``transform_qk(Q, K, R) -> (Q R, K R⁻ᵀ)``: new queries and keys, ``(..., T, D)``
+    and ``(..., S, D)``, with the same scores ``Q Kᵀ`` for any invertible ``R (D, D)``."""
+    g = _generator()
+
+    def case(q_shape: tuple[int, ...], k_shape: tuple[int, ...]) -> Callable[[], None]:
+        D = q_shape[-1]
+        Q = torch.randn(*q_shape, generator=g, dtype=torch.float64)
+        K = torch.randn(*k_shape, generator=g, dtype=torch.float64)
+        R = torch.eye(D, dtype=torch.float64) + 0.4 * torch.randn(D, D, generator=g,
+                                                                  dtype=torch.float64)
+
+        def run() -> None:
+            got = _call(transform_qk, [Q, K, R], ["Q", "K", "R"])
+            if isinstance(got, Tensor) or not isinstance(got, (tuple, list)) or len(got) != 2:
+                raise _Failure(f"returned {_describe(got)}: return the pair (Q', K')")
+            q2, k2 = got
+            R_inv = torch.linalg.inv(R)
+            _compare(q2, Q @ R, "Q'", mistakes=[(Q @ R.T, "Q' = Q R, not Q Rᵀ")])
+
+            def same_scores(k: Tensor) -> str | None:
+                if not torch.allclose(Q @ R @ k.transpose(-2, -1), Q @ K.transpose(-2, -1),
+                                      atol=1e-6):
+                    return "the scores Q' K'ᵀ differ from Q Kᵀ"
+                return None
+
+            _compare(k2, K @ R_inv.T, "K'", properties=[same_scores], mistakes=[
+                (K @ R_inv, "K' uses R⁻¹ where it needs R⁻ᵀ: (Q R)(K R⁻¹)ᵀ = Q R R⁻ᵀ Kᵀ, "
+                            "which is Q Kᵀ only for a symmetric R. Transpose the inverse"),
+                (K @ R, "the same R on both sides gives Q R Rᵀ Kᵀ, which is Q Kᵀ only for a "
+                        "rotation (an orthogonal R): undo R in the keys with R⁻ᵀ"),
+            ])
+        return run
+
+    return _run("transform_qk", transform_qk, [
+        ("Q (5, 4), K (7, 4)", case((5, 4), (7, 4))),
+        ("batched: Q (2, 3, 5, 8), K (2, 3, 6, 8)", case((2, 3, 5, 8), (2, 3, 6, 8))),
+    ])
+
+
+# Chapter 3: parameters of a multi-head layer -------------------------------------------------
+
+
+def check_mha_param_count(mha_param_count: Callable[[int, int, bool], int]) -> CheckResult:
+    """Check ``mha_param_count(d_model, n_heads, bias)`` against the number of parameters of
+    ``MultiHeadAttention(d_model, n_heads, bias=bias)``."""
+
+    def case(C: int, H: int, bias: bool) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(mha_param_count, [C, H, bias], ["d_model", "n_heads", "bias"])
+            with torch.random.fork_rng(devices=[]):  # the layer's init leaves no trace
+                want = sum(p.numel() for p in MultiHeadAttention(C, H, bias=bias).parameters())
+            if isinstance(got, Tensor) and got.numel() == 1:
+                got = got.item()
+            if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
+                raise _Failure(f"expected a whole number of parameters, got {_describe(got)}")
+            if got == want:
+                return
+            D, b = C // H, 4 * C if bias else 0
+            hints = {
+                H * want: "the count grows with the heads, but the H heads are slices of the "
+                          "same four C × C projections: it does not depend on n_heads",
+                4 * C * D + b // H: "that is one head's share: all H heads together use the "
+                                    "whole C × C matrices",
+                3 * C * C + 3 * C * bias: "the output projection W_O counts too: four "
+                                          "projections, not three",
+                4 * C * C + 4 * C: "with bias=False the projections have no bias vectors",
+                4 * C * C: "each projection also has a bias of C numbers when bias=True",
+            }
+            hints.pop(want, None)
+            raise _Failure(f"expected {want} parameters, got {got:g}", hints.get(got))
+        return run
+
+    return _run("mha_param_count", mha_param_count, [
+        ("d_model 64, 1 head, bias", case(64, 1, True)),
+        ("d_model 64, 8 heads, bias", case(64, 8, True)),
+        ("d_model 48, 6 heads, no bias", case(48, 6, False)),
+    ])
+
+
+# Chapter 3: one head's slice of a fused projection ------------------------------------------
+
+
+def check_head_weight(head_weight: Callable[[Tensor, int, int], Tensor]) -> CheckResult:
+    """Check ``head_weight(weight, n_heads, h)``: the ``(D, C)`` block of a fused projection's
+    weight ``(C, C)`` (``nn.Linear`` layout) that makes head ``h``'s queries, rows
+    ``h·D … h·D + D − 1``."""
+    g = _generator()
+
+    def case(C: int, H: int, h: int) -> Callable[[], None]:
+        w = torch.randn(C, C, generator=g)  # (C out, C in)
+
+        def run() -> None:
+            got = _call(head_weight, [w, H, h], ["weight", "n_heads", "h"])
+            D = C // H
+            rows = slice(h * D, (h + 1) * D)
+            mistakes = [(w[:, rows].T, "nn.Linear stores its weight as (out_features, "
+                                       "in_features): a head's outputs are *rows* of it"),
+                        (w[h::H], "head h owns D consecutive rows h·D … h·D + D − 1, not "
+                                  "every H-th row")]
+            if h + 1 < H:
+                mistakes.append((w[(h + 1) * D:(h + 2) * D], "heads are counted from 0: "
+                                                             "head h starts at row h·D"))
+            if h > 0:
+                mistakes.append((w[(h - 1) * D:h * D], "heads are counted from 0: head h "
+                                                       "starts at row h·D"))
+            _compare(got, w[rows], "the head's weight", letters="(D, C)",
+                     axes=("row", "column"), mistakes=mistakes,
+                     shape_hints={(C, D): "nn.Linear stores its weight as (out_features, "
+                                          "in_features): take rows, not columns"})
+        return run
+
+    return _run("head_weight", head_weight, [
+        ("C = 12, 3 heads, head 1", case(12, 3, 1)),
+        ("C = 8, 4 heads, head 3", case(8, 4, 3)),
+        ("C = 8, 2 heads, head 0", case(8, 2, 0)),
+    ])
+
+
+# Chapter 3: multi-head attention from fused weights -----------------------------------------
+
+
+def _multi_head(x: Tensor, ws: Sequence[Tensor], H: int, mask: Tensor | None, *,
+                split_ok: bool = True, merge_ok: bool = True, scale_by_c: bool = False,
+                transpose_w: bool = True) -> Tensor:
+    """Multi-head attention without biases, or one of its usual mistakes."""
+    B, T, C = x.shape
+    D = C // H
+    q, k, v = (x @ (w.T if transpose_w else w) for w in ws[:3])  # (B, T, C)
+
+    def split(t: Tensor) -> Tensor:
+        return _split_heads(t, H) if split_ok else t.reshape(B, H, T, D)
+
+    q, k, v = split(q), split(k), split(v)  # (B, H, T, D)
+    if scale_by_c:
+        q = q * math.sqrt(D / C)  # scores / √C instead of / √D
+    out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D)
+    out = _merge_heads(out) if merge_ok else out.reshape(B, T, C)
+    return out @ (ws[3].T if transpose_w else ws[3])  # (B, T, C)
+
+
+def check_multi_head(multi_head: Callable[..., Tensor]) -> CheckResult:
+    """Check ``multi_head(x, w_q, w_k, w_v, w_o, n_heads, mask=None)``, self-attention with
+    four fused ``(C, C)`` weights in ``nn.Linear`` layout and no biases, against
+    :class:`transformer_lib.attention.MultiHeadAttention` with the same weights."""
+    g = _generator()
+
+    def case(B: int, T: int, C: int, H: int, mask: Tensor | None) -> Callable[[], None]:
+        x = torch.randn(B, T, C, generator=g)  # (B, T, C)
+        ws = [torch.randn(C, C, generator=g) / math.sqrt(C) for _ in range(4)]
+
+        def run() -> None:
+            got = _call(multi_head, [x, *ws, H, mask],
+                        ["x", "w_q", "w_k", "w_v", "w_o", "n_heads", "mask"])
+            with torch.random.fork_rng(devices=[]), torch.no_grad():
+                layer = MultiHeadAttention(C, H, bias=False)
+                for proj, w in zip((layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj), ws):
+                    proj.weight.copy_(w)
+                want = layer(x, mask=mask)
+            _compare(got, want, "the output", letters="(B, T, C)",
+                     axes=("batch", "position", "channel"), mistakes=[
+                         (_multi_head(x, ws, H, mask, split_ok=False),
+                          "the heads were split with a reshape straight to (B, H, T, D): "
+                          "reshape to (B, T, H, D), then transpose(1, 2)"),
+                         (_multi_head(x, ws, H, mask, merge_ok=False),
+                          "the heads were merged without the transpose: transpose(1, 2) back "
+                          "to (B, T, H, D), then reshape to (B, T, C)"),
+                         (_multi_head(x, ws, H, mask, scale_by_c=True),
+                          f"the scores were divided by √C: each head divides by its own width, "
+                          f"√D = √{C // H}"),
+                         (_multi_head(x, ws, H, mask, transpose_w=False),
+                          "nn.Linear computes x Wᵀ: multiply by w.T (or use F.linear(x, w))"),
+                     ])
+        return run
+
+    return _run("multi_head", multi_head, [
+        ("x (2, 5, 12), 3 heads, no mask", case(2, 5, 12, 3, None)),
+        ("x (1, 6, 8), 2 heads, causal mask", case(1, 6, 8, 2, causal_mask(6))),
+        ("x (2, 4, 8), 4 heads of width 2", case(2, 4, 8, 4, None)),
     ])
