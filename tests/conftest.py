@@ -37,3 +37,12 @@ def require(package: str):
             pytest.fail(f"{package} is required in CI for the reference tests")
         pytest.skip(f"{package} is not installed: reference comparison skipped "
                     f"(pip install -r requirements.txt)")
+
+
+def run_check(check, fn, capsys):
+    """Run an exercise checker on ``fn``: its result and what it printed. A checker must never
+    raise, and what it prints is its report."""
+    result = check(fn)
+    printed = capsys.readouterr().out
+    assert printed.strip() == result.report.strip()
+    return result, printed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import randomize_
+from conftest import randomize_, run_check
 from transformer_lib import checks
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
@@ -199,12 +199,6 @@ WRONG = [
 ]
 
 
-def run(check, fn, capsys) -> tuple[CheckResult, str]:
-    """The checker's result and what it printed; it must never raise."""
-    result = check(fn)
-    printed = capsys.readouterr().out
-    assert printed.strip() == result.report.strip()
-    return result, printed
 
 
 # Tests ------------------------------------------------------------------------------------
@@ -212,7 +206,7 @@ def run(check, fn, capsys) -> tuple[CheckResult, str]:
 
 @pytest.mark.parametrize("check, solution", REFERENCES, ids=CHECK_IDS)
 def test_reference_solution_passes(check, solution, capsys):
-    result, printed = run(check, solution, capsys)
+    result, printed = run_check(check, solution, capsys)
     assert result and result.passed and result.attempted and result.failures == []
     assert "checks passed." in printed.splitlines()[0] and "✗" not in printed
     assert repr(result).endswith(": passed)")
@@ -221,7 +215,7 @@ def test_reference_solution_passes(check, solution, capsys):
 @pytest.mark.parametrize("check, wrong, fragments", WRONG,
                          ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
 def test_wrong_solution_is_rejected_with_the_reason(check, wrong, fragments, capsys):
-    result, printed = run(check, wrong, capsys)
+    result, printed = run_check(check, wrong, capsys)
     assert not result and result.attempted and result.failures
     for fragment in fragments:
         assert fragment in printed, f"{fragment!r} not in:\n{printed}"
@@ -233,7 +227,7 @@ def test_untouched_stub_is_not_attempted_yet(check, solution, capsys):
         # YOUR CODE HERE
         raise NotImplementedError()
 
-    result, printed = run(check, stub, capsys)
+    result, printed = run_check(check, stub, capsys)
     assert not result and not result.attempted
     assert "not attempted yet" in printed and "`stub` still raises NotImplementedError" in printed
     assert len(printed.strip().splitlines()) == 1, "one line, not one per check"
@@ -247,7 +241,7 @@ def test_unfinished_helper_is_named(capsys):
         w = unfinished_softmax(q @ k.transpose(-2, -1))
         return w @ v, w
 
-    result, printed = run(check_attention, attention_using_it, capsys)
+    result, printed = run_check(check_attention, attention_using_it, capsys)
     assert not result.attempted
     assert "calls `unfinished_softmax`, which still raises NotImplementedError" in printed
 
@@ -259,7 +253,7 @@ def test_raising_solution_gets_a_one_line_summary(check, solution, capsys):
     def broken(*args):
         raise IndexError(message)
 
-    result, printed = run(check, broken, capsys)
+    result, printed = run_check(check, broken, capsys)
     assert not result and result.attempted
     assert "raised IndexError: index 7 is out of bounds at `raise IndexError(message)`" in printed
     assert "second line" not in printed
@@ -273,7 +267,7 @@ def test_nan_producing_solution_is_reported(check, solution, capsys):
             return tuple(torch.full_like(t, float("nan")) for t in out)
         return torch.full_like(out, float("nan"))
 
-    result, printed = run(check, nan_everywhere, capsys)
+    result, printed = run_check(check, nan_everywhere, capsys)
     assert not result
     assert "NaN appeared in " in printed
 
@@ -282,12 +276,12 @@ def test_nan_producing_solution_is_reported(check, solution, capsys):
                          ids=["None", "str", "int", "tuple", "list"])
 @pytest.mark.parametrize("check, solution", REFERENCES, ids=CHECK_IDS)
 def test_odd_return_values_never_escape(check, solution, value, capsys):
-    result, printed = run(check, lambda *args: value, capsys)
+    result, printed = run_check(check, lambda *args: value, capsys)
     assert not result and "✗" in printed
 
 
 def test_not_a_function(capsys):
-    result, printed = run(check_softmax, 42, capsys)
+    result, printed = run_check(check_softmax, 42, capsys)
     assert not result
     assert "expected a function to check, got a value of type int" in printed
 
@@ -297,7 +291,7 @@ def test_a_fault_inside_the_checker_is_reported_not_raised(capsys, monkeypatch):
         raise RuntimeError("reference failed")
 
     monkeypatch.setattr(checks, "scaled_dot_product_attention", broken_reference)
-    result, printed = run(check_attention, attention, capsys)
+    result, printed = run_check(check_attention, attention, capsys)
     assert not result
     assert "could not be checked (RuntimeError: reference failed)" in printed
 
@@ -311,7 +305,7 @@ def test_checking_leaves_the_global_random_state_alone(check, solution, capsys):
 
 
 def test_each_hint_is_printed_once(capsys):
-    result, printed = run(check_softmax, lambda x, dim=-1: softmax(x.sub_(0.5), dim), capsys)
+    result, printed = run_check(check_softmax, lambda x, dim=-1: softmax(x.sub_(0.5), dim), capsys)
     assert printed.count("changed its input `x` in place") == 6
     assert printed.count("Hint: work on new tensors") == 1
 
@@ -336,7 +330,7 @@ def test_result_in_a_notebook_is_shown_once(capsys, monkeypatch):
     """In the cell that ran the checker the verdict is printed once; displayed in a later
     cell, the result prints it again."""
     monkeypatch.setattr(checks, "_cell_number", lambda: 5)
-    result, printed = run(check_softmax, softmax, capsys)
+    result, printed = run_check(check_softmax, softmax, capsys)
     result._ipython_display_()
     assert capsys.readouterr().out == ""
     monkeypatch.setattr(checks, "_cell_number", lambda: 6)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from conftest import run_check
 from transformer_lib.checks import (
     CheckResult,
     check_causal_mask,
@@ -173,17 +174,11 @@ WRONG = [
 ]
 
 
-def run(check, fn, capsys) -> tuple[CheckResult, str]:
-    """The checker's result and what it printed; it must never raise."""
-    result = check(fn)
-    printed = capsys.readouterr().out
-    assert printed.strip() == result.report.strip()
-    return result, printed
 
 
 @pytest.mark.parametrize("check, solution", REFERENCES, ids=CHECK_IDS)
 def test_reference_solution_passes(check, solution, capsys):
-    result, printed = run(check, solution, capsys)
+    result, printed = run_check(check, solution, capsys)
     assert result and result.attempted and result.failures == []
     assert "checks passed." in printed.splitlines()[0] and "✗" not in printed
 
@@ -191,7 +186,7 @@ def test_reference_solution_passes(check, solution, capsys):
 @pytest.mark.parametrize("check, wrong, fragments", WRONG,
                          ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
 def test_wrong_solution_is_rejected_with_the_reason(check, wrong, fragments, capsys):
-    result, printed = run(check, wrong, capsys)
+    result, printed = run_check(check, wrong, capsys)
     assert not result and result.attempted and result.failures
     for fragment in fragments:
         assert fragment in printed, f"{fragment!r} not in:\n{printed}"
@@ -208,7 +203,7 @@ def test_untouched_stub_is_not_attempted_yet(check, solution, capsys):
         # YOUR CODE HERE
         raise NotImplementedError()
 
-    result, printed = run(check, stub, capsys)
+    result, printed = run_check(check, stub, capsys)
     assert not result and not result.attempted
     assert "not attempted yet" in printed and "`stub` still raises NotImplementedError" in printed
     assert len(printed.strip().splitlines()) == 1
@@ -221,7 +216,7 @@ def test_raising_solution_gets_a_one_line_summary(check, solution, capsys):
     def broken(*args):
         raise IndexError(message)
 
-    result, printed = run(check, broken, capsys)
+    result, printed = run_check(check, broken, capsys)
     assert not result and result.attempted
     assert "raised IndexError: index 7 is out of bounds" in printed
     assert "second line" not in printed
@@ -235,7 +230,7 @@ def test_nan_producing_solution_is_reported(check, solution, capsys):
             return tuple(torch.full_like(t, float("nan"), dtype=torch.float64) for t in out)
         return torch.full_like(out, float("nan"), dtype=torch.float32)
 
-    result, printed = run(check, nan_everywhere, capsys)
+    result, printed = run_check(check, nan_everywhere, capsys)
     assert not result and "✗" in printed
 
 
@@ -243,7 +238,7 @@ def test_nan_producing_solution_is_reported(check, solution, capsys):
                          ids=["None", "str", "int", "tuple", "list"])
 @pytest.mark.parametrize("check, solution", REFERENCES, ids=CHECK_IDS)
 def test_odd_return_values_never_escape(check, solution, value, capsys):
-    result, printed = run(check, lambda *args: value, capsys)
+    result, printed = run_check(check, lambda *args: value, capsys)
     assert not result and "✗" in printed
 
 
