@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from book_support import ensure_built_book, in_ci, launch_urls, notebook_docnames, toc_docnames
+from book_support import (ensure_built_book, in_ci, launch_urls, notebook_docnames,
+                          source_of, toc_docnames)
 
 pytestmark = [pytest.mark.browser, pytest.mark.book]
 
@@ -32,7 +34,20 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # html-manager can log this when a Stack-linked control moves fast; the picture still updates.
 HARMLESS_CONSOLE = [re.compile(r"processLuminoMessage")]
-WIDGET_PAGES = ["appendix/interactive_figures"]
+
+
+def _widget_docnames() -> list[str]:
+    """Pages whose notebook shows a widget of transformer_lib.widgets (an ``…_explorer(`` call)."""
+    pages = []
+    for docname in notebook_docnames():
+        cells = json.loads(source_of(docname).read_text())["cells"]
+        code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        if re.search(r"\b\w+_explorer\(", code):
+            pages.append(docname)
+    return pages
+
+
+WIDGET_PAGES = _widget_docnames()
 
 
 def _chromium() -> str:
@@ -213,6 +228,11 @@ def _picture(root) -> bytes:
     }""")
     assert found, "the widget shows no picture"
     return root.locator("[data-picture]").screenshot(animations="disabled")
+
+
+def test_widget_pages_are_found():
+    # The appendix gathers every widget; the reversal chapter shows the attention explorer.
+    assert {"appendix/interactive_figures", "chapters/02_qkv_roles"} <= set(WIDGET_PAGES)
 
 
 @pytest.mark.parametrize("docname", WIDGET_PAGES)
