@@ -1,4 +1,3 @@
-import math
 
 import pytest
 import torch
@@ -144,10 +143,20 @@ def test_mha_gqa_equals_explicit_reference():
     assert torch.allclose(attn(x, mask=causal_mask(5)), expected, atol=ATOL)
 
 
-def test_mqa_single_kv_head():
-    attn = MultiHeadAttention(16, 4, n_kv_heads=1)
-    assert attn.n_rep == 4 and attn.v_proj.out_features == 4
-    assert attn(torch.randn(1, 3, 16)).shape == (1, 3, 16)
+def test_mqa_single_kv_head_matches_torch_sdpa():
+    """Multi-query attention: one key/value head shared by 4 query heads, here as
+    cross-attention with a padding mask, against F.scaled_dot_product_attention."""
+    attn = randomize_(MultiHeadAttention(16, 4, n_kv_heads=1)).eval()
+    assert attn.n_rep == 4 and attn.v_proj.weight.shape == (4, 16)  # (H_kv * D, C)
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 6, 16)
+    keep = torch.ones(2, 1, 1, 6, dtype=torch.bool)  # (B, 1, 1, S)
+    keep[1, ..., 4:] = False
+    q = attn.q_proj(x).view(2, 3, 4, 4).transpose(1, 2)  # (B, H, T, D)
+    k = attn.k_proj(memory).view(2, 6, 1, 4).transpose(1, 2)  # (B, 1, S, D)
+    v = attn.v_proj(memory).view(2, 6, 1, 4).transpose(1, 2)  # (B, 1, S, D)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)  # (B, H, T, D)
+    expected = attn.o_proj(o.transpose(1, 2).reshape(2, 3, 16))  # (B, T, C)
+    assert torch.allclose(attn(x, memory, mask=keep), expected, atol=ATOL)
 
 
 def test_dropout_only_in_training():

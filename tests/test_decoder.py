@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.decoder import Decoder, DecoderConfig, KVCache
+from transformer_lib.decoder import Decoder, DecoderConfig
 
 from conftest import randomize_
 
@@ -178,7 +178,7 @@ def test_cache_overflow_is_rejected():
 
 def test_token_ids_outside_vocab_are_rejected():
     model = Decoder(small_config(vocab_size=64))
-    with pytest.raises(ValueError, match=r"token ids must be in \[0, 63\] \(vocab_size=64\), got min 0, max 64"):
+    with pytest.raises(ValueError, match=r"ids in tokens must be in \[0, 63\] \(vocab_size=64\), got min 0, max 64"):
         model(torch.tensor([[0, 64]]))
     with pytest.raises(ValueError, match="got min -1"):
         model(torch.tensor([[-1, 3]]))

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from transformer_lib.encoder_decoder import (
     EncoderDecoder,
+    EncoderDecoderConfig,
     LabelSmoothingLoss,
     noam_lambda,
     padding_mask,
@@ -14,10 +15,14 @@ from transformer_lib.encoder_decoder import (
 from conftest import randomize_
 
 
-def small_model(**kw) -> EncoderDecoder:
+def small_config(**kw) -> EncoderDecoderConfig:
     args = dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=32)
     args.update(kw)
-    return randomize_(EncoderDecoder(12, 14, **args), std=0.1).eval()
+    return EncoderDecoderConfig(12, 14, **args)
+
+
+def small_model(**kw) -> EncoderDecoder:
+    return randomize_(EncoderDecoder(small_config(**kw)), std=0.1).eval()
 
 
 def test_forward_shapes_and_stacks():
@@ -33,7 +38,7 @@ def test_forward_shapes_and_stacks():
 def test_layers_are_post_norm():
     # Post-norm: each sublayer output goes through LayerNorm, so with unit norm weights and
     # zero biases every position of a layer's output has mean 0 and variance 1.
-    model = EncoderDecoder(12, 14, d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0).eval()
+    model = EncoderDecoder(small_config(n_layers=1)).eval()
     out = model.encode(torch.randint(0, 12, (2, 6)))
     assert torch.allclose(out.mean(-1), torch.zeros(2, 6), atol=1e-5)
     assert torch.allclose(out.var(-1, unbiased=False), torch.ones(2, 6), atol=1e-3)
@@ -143,14 +148,42 @@ def test_label_smoothing_is_minimised_by_the_smoothed_distribution():
 
 # ---- bad input ---------------------------------------------------------------------------
 
-def test_bad_model_sizes_are_rejected():
-    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
-        EncoderDecoder(10, 10, d_model=30, n_heads=4)
+def test_config_defaults_are_the_base_model_and_layers_follow_it():
+    config = EncoderDecoderConfig(100, 120)
+    assert (config.d_model, config.n_heads, config.n_layers, config.d_ff, config.dropout) == (
+        512, 8, 6, 2048, 0.1)
+    assert config.n_decoder_layers == 6  # None: as many as the encoder
+    model = EncoderDecoder(small_config(n_layers=3, n_decoder_layers=1, d_ff=48))
+    assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
+    assert model.encoder.layers[0].feed_forward.w_1.out_features == 48
+    assert model.lm_head.weight.shape == (14, 32)  # the output layer: (V_tgt, C)
+    assert model.config is not None and model.max_len == 32
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(d_model=30, n_heads=4), r"d_model \(30\) must be divisible by n_heads \(4\)"),
+    (dict(d_model=6, n_heads=2), None),
+    (dict(d_model=9, n_heads=3), r"d_model must be even .* got 9"),
+    (dict(n_layers=0), r"n_layers must be positive, got 0"),
+    (dict(dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
+    (dict(max_len=0), r"max_len must be positive, got 0"),
+], ids=["heads", "ok", "odd", "layers", "dropout", "max_len"])
+def test_bad_model_sizes_are_rejected(kw, message):
+    if message is None:
+        EncoderDecoderConfig(10, 10, **kw)
+        return
+    with pytest.raises(ValueError, match=message):
+        EncoderDecoderConfig(10, 10, **kw)
+
+
+def test_model_needs_a_config():
+    with pytest.raises(ValueError, match="config must be an EncoderDecoderConfig, got int"):
+        EncoderDecoder(10)
 
 
 def test_bad_tokens_are_rejected():
     model = small_model()
-    with pytest.raises(ValueError, match=r"src ids must be in \[0, 11\], got min 0, max 12"):
+    with pytest.raises(ValueError, match=r"ids in src must be in \[0, 11\] \(vocab_size=12\), got min 0, max 12"):
         model(torch.tensor([[0, 12]]), torch.tensor([[0]]))
     with pytest.raises(ValueError, match="tgt must be an integer"):
         model(torch.tensor([[0, 1]]), torch.zeros(1, 2))

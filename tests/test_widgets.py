@@ -1,13 +1,17 @@
 import base64
+import io
 
 import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
 from ipywidgets.embed import embed_data
+from matplotlib import colormaps
+from PIL import Image
 
 from transformer_lib import widgets as W
-from transformer_lib.encoder_decoder import EncoderDecoder
+from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from transformer_lib.plotting import WEIGHT_CMAP
 from transformer_lib.positional import PAIRINGS
 from transformer_lib.tasks import BOS, reversal_batch
 
@@ -45,7 +49,8 @@ def _assert_linked(stack, links, controls):
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)  # untrained: the widget must not care
-    return EncoderDecoder(11, 11, d_model=32, n_heads=2, n_layers=2, d_ff=32, max_len=64).eval()
+    config = EncoderDecoderConfig(11, 11, d_model=32, n_heads=2, n_layers=2, d_ff=32, max_len=64)
+    return EncoderDecoder(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +82,7 @@ def test_attention_explorer_has_one_frame_per_combination(explorer):
     assert len(frames) == N_EXAMPLES * 2 * 2 * (SEQ_LEN + 1)
     values = [bytes(f.value) for f in frames]  # Image.value is a memoryview
     assert all(v.startswith(PNG_MAGIC) for v in values)
-    assert len(set(values)) == len(values)  # no two frames alike  # no two frames alike
+    assert len(set(values)) == len(values)  # no two frames alike
 
 
 def test_attention_explorer_control_ranges_match_model(explorer, model):
@@ -95,15 +100,63 @@ def test_attention_explorer_every_stack_is_jslinked_to_its_control(explorer):
     assert len(explorer.links) == 1 + N_EXAMPLES * (1 + 2 * (1 + 2))
 
 
+# Reading a frame back: the colour of each heatmap cell, decoded through the colour map ----
+
+_LUT = colormaps[WEIGHT_CMAP](np.linspace(0, 1, 256))[:, :3] * 255  # (256, 3) RGB
+
+
+def _pixels(png: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Each pixel's weight read through the colour map (nearest of 256 entries), and whether
+    its colour is on the colour map at all (dimmed rows, labels and background are not)."""
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(float)  # (h, w, 3)
+    dist = np.linalg.norm(rgb[:, :, None, :] - _LUT[None, None], axis=-1)  # (h, w, 256)
+    return dist.argmin(-1) / 255, dist.min(-1) < 12  # palette PNG: a few units of rounding
+
+
+def _heatmap_box(png: bytes) -> tuple[int, int, int, int]:
+    """Pixel bounds (x0, x1, y0, y1) of the heatmap in a frame where every row is shown: the
+    first block of colour-map columns from the left (the last one is the colour bar)."""
+    _, on_map = _pixels(png)
+    cols = np.flatnonzero(on_map.sum(0) > 3)
+    gaps = np.flatnonzero(np.diff(cols) > 1)
+    x0, x1 = cols[0], cols[gaps[0]] if len(gaps) else cols[-1]
+    rows = np.flatnonzero(on_map[:, x0:x1 + 1].sum(1) > 3)
+    return x0, x1, rows[0], rows[-1]
+
+
+def _cells(png: bytes, box: tuple[int, int, int, int], T: int, S: int):
+    """The weight read at the centre of each of the T × S cells, and whether it is shown."""
+    values, on_map = _pixels(png)
+    x0, x1, y0, y1 = box
+    ys = (y0 + (np.arange(T) + 0.5) * (y1 - y0 + 1) / T).astype(int)  # (T,) row centres
+    xs = (x0 + (np.arange(S) + 0.5) * (x1 - x0 + 1) / S).astype(int)  # (S,) column centres
+    return values[np.ix_(ys, xs)], on_map[np.ix_(ys, xs)]  # (T, S) each
+
+
+# The palette PNG keeps 128 colours: a weight read back is within about 0.03.
+PIXEL_ATOL = 0.04
+
+
 @pytest.mark.parametrize("e, l, h", [(0, 0, 0), (1, 1, 0), (0, 1, 1)])
 def test_attention_explorer_frame_at_indices_shows_that_combination(explorer, reference, e, l, h):
+    """The frames under example e, layer l, head h picture that map: read back pixel by pixel
+    through the colour map, they give the weights computed here; step frame 1 + t shows rows
+    0 … t and dims the rows the decoder has not produced yet."""
     src, out, weights = reference
-    expected = W._attention_frames(weights[l][e, h], src[e].tolist(), out[e].tolist(), l, h)
-    # same titles and labels, another head's weights: the pictures must differ
-    wrong = W._attention_frames(weights[l][e, 1 - h], src[e].tolist(), out[e].tolist(), l, h)
-    shown = [bytes(leaf.value) for leaf in explorer.stack.children[e].children[l].children[h].children]
-    assert shown == expected
-    assert all(a != b for a, b in zip(shown, wrong))
+    expected = weights[l][e, h].numpy()  # (T, S)
+    frames = [bytes(leaf.value) for leaf in
+              explorer.stack.children[e].children[l].children[h].children]
+    assert len(frames) == SEQ_LEN + 1
+    box = _heatmap_box(frames[0])
+    shown_all, visible = _cells(frames[0], box, SEQ_LEN, SEQ_LEN)
+    assert visible.all()
+    np.testing.assert_allclose(shown_all, expected, atol=PIXEL_ATOL, rtol=0)
+    other_head = weights[l][e, 1 - h].numpy()
+    assert np.abs(shown_all - other_head).max() > 0.1, "another head's map would look different"
+    for t in range(SEQ_LEN):
+        values, visible = _cells(frames[1 + t], box, SEQ_LEN, SEQ_LEN)
+        assert visible[:t + 1].all() and not visible[t + 1:].any()
+        np.testing.assert_allclose(values[:t + 1], expected[:t + 1], atol=PIXEL_ATOL, rtol=0)
 
 
 def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model):
@@ -117,14 +170,16 @@ def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model
     with torch.no_grad():
         out = model.greedy_decode(tokens, 3, BOS)  # (1, 4)
         model(tokens, out[:, :3])
-    weights = model.decoder.layers[1].cross_attn.last_weights[0, 0]  # (T, S)
-    expected = W._attention_frames(weights, [3, 10, 7], out[0].tolist(), 1, 0, steps=False)[0]
-    assert bytes(live["image"].value) == expected
+    weights = model.decoder.layers[1].cross_attn.last_weights[0, 0].numpy()  # (T, S)
+    picture = bytes(live["image"].value)
+    values, visible = _cells(picture, _heatmap_box(picture), 3, 3)
+    assert visible.all()
+    np.testing.assert_allclose(values, weights, atol=PIXEL_ATOL, rtol=0)
     assert "decoded: " + " ".join(map(str, out[0, 1:].tolist())) in live["status"].value
 
     live["text"].value = "3x"  # a bad sequence: a message, and the picture stays
     explorer.render_live()
-    assert "1..10" in live["status"].value and bytes(live["image"].value) == expected
+    assert "1..10" in live["status"].value and bytes(live["image"].value) == picture
     explorer.controls["layer"].value = 0
 
 

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lib.cache import KVCache
 from transformer_lib.positional import apply_rope
 
 
@@ -127,7 +128,8 @@ class MultiHeadAttention(nn.Module):
 
     ``forward(x)`` is self-attention; ``forward(x, context)`` is cross-attention (queries
     from ``x``, keys and values from ``context``). The last attention weights
-    ``(B, H, T, S)`` are kept in ``self.last_weights`` for plotting.
+    ``(B, H, T, S)`` are kept in ``self.last_weights`` for plotting. ``layer_idx`` is the
+    layer's place in its model: which slot of a :class:`~transformer_lib.cache.KVCache` it uses.
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        layer_idx: int = 0,
     ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -153,12 +156,15 @@ class MultiHeadAttention(nn.Module):
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if layer_idx < 0:
+            raise ValueError(f"layer_idx must be >= 0, got {layer_idx}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
         self.dropout = dropout
+        self.layer_idx = layer_idx
         kv_dim = n_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
@@ -174,8 +180,7 @@ class MultiHeadAttention(nn.Module):
         *,
         rope: tuple[Tensor, Tensor] | None = None,
         rope_pairing: str = "half",
-        kv_cache=None,
-        layer_idx: int = 0,
+        kv_cache: KVCache | None = None,
     ) -> Tensor:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
 
@@ -186,9 +191,9 @@ class MultiHeadAttention(nn.Module):
             rope: optional ``(cos, sin)`` tables ``(T, D/2)`` for the T query positions;
                 rotates q and k (never v) with :func:`transformer_lib.positional.apply_rope`.
             rope_pairing: ``"half"`` or ``"interleaved"`` (see ``apply_rope``).
-            kv_cache: optional :class:`transformer_lib.decoder.KVCache`; the new keys and
-                values are written at the cache's position and all cached ones are attended.
-            layer_idx: which layer's slot of ``kv_cache`` to use.
+            kv_cache: optional :class:`transformer_lib.cache.KVCache`; the new keys and
+                values are written into slot ``self.layer_idx`` at the cache's position, and
+                every cached one is attended.
 
         Returns:
             ``(B, T, C)``.
@@ -215,7 +220,7 @@ class MultiHeadAttention(nn.Module):
             q = apply_rope(q, cos, sin, pairing=rope_pairing)
             k = apply_rope(k, cos, sin, pairing=rope_pairing)
         if kv_cache is not None:
-            k, v = kv_cache.update(layer_idx, k, v)  # (B, H_kv, S_cached + S, D)
+            k, v = kv_cache.update(self.layer_idx, k, v)  # (B, H_kv, S_cached + S, D)
         k = repeat_kv(k, self.n_rep)  # (B, H, S, D)
         v = repeat_kv(v, self.n_rep)  # (B, H, S, D)
         p = self.dropout if self.training else 0.0

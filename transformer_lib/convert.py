@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.decoder import Decoder, DecoderConfig
-from transformer_lib.encoder_decoder import EncoderDecoder
+from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from transformer_lib.norms import LayerNorm
 
 
@@ -122,12 +122,13 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
         raise ValueError("only the ReLU activation is supported")
     attn = first.self_attn
     d_model, n_heads = attn.embed_dim, attn.num_heads
-    model = EncoderDecoder(
+    config = EncoderDecoderConfig(
         src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=n_heads,
         n_layers=len(enc_layers), n_decoder_layers=len(dec_layers),
         d_ff=first.linear1.out_features, dropout=first.dropout.p, eps=first.norm1.eps,
         final_norm=True,
     )
+    model = EncoderDecoder(config)
     for ours, theirs in zip(model.encoder.layers, enc_layers):
         _copy_attention(ours.self_attn, theirs.self_attn)
         _copy_ffn(ours.feed_forward, theirs)

@@ -1,6 +1,7 @@
 """A modern decoder-only Transformer: RMSNorm + RoPE + GQA + SwiGLU, pre-norm, KV cache.
 
-Reads top to bottom: config -> KV cache -> block -> model -> generate.
+Reads top to bottom: config -> block -> model -> generate. The KV cache is
+:class:`transformer_lib.cache.KVCache` (importable from here too).
 Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``o_proj``,
 ``gate_proj``/``up_proj``/``down_proj``, ``input_layernorm``, ``post_attention_layernorm``,
 ``norm``, ``lm_head``), so a Llama state dict maps onto it one to one.
@@ -14,13 +15,19 @@ import torch.nn as nn
 from torch import Tensor
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.cache import KVCache
 from transformer_lib.ffn import SwiGLU
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import PAIRINGS, rope_cos_sin
+from transformer_lib.validation import check_positive, check_token_ids
+
+__all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "KVCache"]
 
 
 @dataclass
 class DecoderConfig:
+    """The sizes and choices of a :class:`Decoder`; checked when created."""
+
     vocab_size: int = 64  # V: number of token ids
     d_model: int = 64  # C: width of the residual stream
     n_layers: int = 2  # number of decoder blocks
@@ -34,9 +41,9 @@ class DecoderConfig:
     rope_pairing: str = "half"  # "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                       n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_ff=self.d_ff,
+                       max_seq_len=self.max_seq_len)
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -58,72 +65,23 @@ class DecoderConfig:
         return self.d_model // self.n_heads
 
 
-class KVCache:
-    """Preallocated keys and values of every layer, for ``max_seq_len`` positions.
-
-    ``k`` and ``v`` have shape ``(n_layers, B, H_kv, max_seq_len, D)``; the first ``pos``
-    positions are filled. Each layer writes its new keys/values at ``pos`` and reads
-    ``0 … pos + T - 1``; the model advances ``pos`` once per forward, after the layer loop.
-    """
-
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_seq_len: int,
-                 head_dim: int, dtype: torch.dtype = torch.float32, device=None):
-        shape = (n_layers, batch_size, n_kv_heads, max_seq_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_seq_len = max_seq_len
-        self.pos = 0
-
-    @property
-    def batch_size(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cache: 2 · n_layers · H_kv · D · max_seq_len · B · sizeof(dtype)."""
-        return self.k.nbytes + self.v.nbytes
-
-    def check_room(self, T: int) -> None:
-        if self.pos + T > self.max_seq_len:
-            raise ValueError(
-                f"KV cache overflow: {self.pos} cached + {T} new positions "
-                f"> max_seq_len ({self.max_seq_len})"
-            )
-
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``k, v`` ``(B, H_kv, T, D)`` at ``pos`` and return all cached keys/values
-        ``(B, H_kv, pos + T, D)``. Does not advance ``pos``."""
-        T = k.shape[2]
-        self.check_room(T)
-        end = self.pos + T
-        self.k[layer_idx, :, :, self.pos:end] = k
-        self.v[layer_idx, :, :, self.pos:end] = v
-        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
-
-    def advance(self, T: int) -> None:
-        self.check_room(T)
-        self.pos += T
-
-    def reset(self) -> None:
-        self.pos = 0
-
-
 class DecoderBlock(nn.Module):
     """x = x + Attn(RMSNorm(x)); x = x + SwiGLU(RMSNorm(x))."""
 
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, layer_idx: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
-        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.n_kv_heads, bias=False)
+        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.n_kv_heads,
+                                            bias=False, layer_idx=layer_idx)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config.d_model, config.d_ff)
         self.rope_pairing = config.rope_pairing
 
     def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor],
-                cache: KVCache | None = None, layer_idx: int = 0) -> Tensor:
+                cache: KVCache | None = None) -> Tensor:
         h = self.input_layernorm(x)
         x = x + self.self_attn(h, mask=mask, rope=rope, rope_pairing=self.rope_pairing,
-                               kv_cache=cache, layer_idx=layer_idx)
+                               kv_cache=cache)
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x
 
@@ -135,7 +93,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.layers = nn.ModuleList([DecoderBlock(config) for _ in range(config.n_layers)])
+        self.layers = nn.ModuleList([DecoderBlock(config, i) for i in range(config.n_layers)])
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -163,15 +121,7 @@ class Decoder(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def _check_tokens(self, tokens: Tensor, start: int) -> None:
-        if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
-            dtype = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
-            raise ValueError(f"tokens must be an integer (Long) tensor of ids, got {dtype}")
-        if tokens.dim() != 2 or tokens.shape[1] < 1:
-            raise ValueError(f"tokens must have shape (B, T) with T >= 1, got {tuple(tokens.shape)}")
-        V = self.config.vocab_size
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= V:
-            raise ValueError(f"token ids must be in [0, {V - 1}] (vocab_size={V}), got min {lo}, max {hi}")
+        check_token_ids(tokens, self.config.vocab_size)
         T = tokens.shape[1]
         if start + T > self.config.max_seq_len:
             raise ValueError(
@@ -208,8 +158,8 @@ class Decoder(nn.Module):
         mask = None if T == 1 else causal_mask(T, start + T, device=tokens.device)  # (T, S)
         rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2) each
         x = self.embed_tokens(tokens)  # (B, T, C)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, mask, rope, cache, i)
+        for layer in self.layers:
+            x = layer(x, mask, rope, cache)
         if cache is not None:
             cache.advance(T)  # once per forward, after the layer loop
         return self.lm_head(self.norm(x))  # (B, T, V)

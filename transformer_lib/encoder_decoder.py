@@ -1,7 +1,7 @@
 """The 2017 Transformer: a post-norm encoder–decoder (Vaswani et al., "Attention Is All You Need").
 
-Reads top to bottom: layers -> stacks -> model -> greedy decoding -> Noam schedule -> label
-smoothing. Names follow the paper (``d_model``, ``d_ff``, ``n_heads``).
+Reads top to bottom: layers -> stacks -> config -> model -> greedy decoding -> Noam schedule
+-> label smoothing. Names follow the paper (``d_model``, ``d_ff``, ``n_heads``).
 
 Every sublayer is wrapped as x <- LayerNorm(x + Dropout(Sublayer(x))) (post-norm).
 Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer``).
@@ -9,6 +9,7 @@ Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -20,6 +21,7 @@ from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.ffn import FeedForward
 from transformer_lib.norms import LayerNorm
 from transformer_lib.positional import sinusoidal_encoding
+from transformer_lib.validation import check_positive, check_token_ids
 
 
 class EncoderLayer(nn.Module):
@@ -99,50 +101,77 @@ class DecoderStack(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
+@dataclass
+class EncoderDecoderConfig:
+    """The sizes and choices of an :class:`EncoderDecoder`; checked when created.
+
+    Apart from the two vocabulary sizes, the defaults are the paper's base model.
+    """
+
+    src_vocab_size: int  # source token ids 0 … src_vocab_size - 1
+    tgt_vocab_size: int  # V: target token ids, and the width of the logits
+    d_model: int = 512  # C: width of every layer's input and output
+    n_heads: int = 8  # H: attention heads; head dim D = d_model // n_heads
+    n_layers: int = 6  # encoder layers (and decoder layers unless n_decoder_layers is given)
+    n_decoder_layers: int | None = None  # decoder layers; None: as many as n_layers
+    d_ff: int = 2048  # hidden width of the ReLU feed-forward network
+    dropout: float = 0.1  # on embeddings + positions, sublayer outputs and attention weights
+    max_len: int = 512  # longest source or target sequence (rows of the sinusoid table)
+    eps: float = 1e-5  # LayerNorm epsilon
+    final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer adds
+
+    def __post_init__(self):
+        if self.n_decoder_layers is None:
+            self.n_decoder_layers = self.n_layers
+        check_positive(src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
+                       d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+                       n_decoder_layers=self.n_decoder_layers, d_ff=self.d_ff,
+                       max_len=self.max_len)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
+                             f"({self.n_heads})")
+        if self.d_model % 2 != 0:
+            raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.eps <= 0:
+            raise ValueError(f"eps must be positive, got {self.eps}")
+
+
 class EncoderDecoder(nn.Module):
     """Token embeddings (scaled by √d_model) + sinusoidal positions -> encoder, decoder -> logits.
 
-    ``final_norm=True`` adds a LayerNorm after each stack, as ``torch.nn.Transformer`` does;
-    the paper's post-norm model has none (every layer already ends in a LayerNorm).
+    ``config.final_norm=True`` adds a LayerNorm after each stack, as ``torch.nn.Transformer``
+    does; the paper's post-norm model has none (every layer already ends in a LayerNorm).
+    The last layer, ``lm_head``, maps the decoder's output to logits over the target
+    vocabulary (the paper's "learned linear transformation" before the softmax).
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512,
-                 n_heads: int = 8, n_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
-                 max_len: int = 512, eps: float = 1e-5, final_norm: bool = False,
-                 n_decoder_layers: int | None = None):
+    def __init__(self, config: EncoderDecoderConfig):
         super().__init__()
-        if src_vocab_size < 1 or tgt_vocab_size < 1:
-            raise ValueError(
-                f"vocabulary sizes must be positive, got {src_vocab_size} and {tgt_vocab_size}"
-            )
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        if d_model % 2 != 0:
-            raise ValueError(f"d_model must be even for sinusoidal positions, got {d_model}")
-        n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
-        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        self.d_model, self.n_heads, self.max_len = d_model, n_heads, max_len
-        self.src_embed = nn.Embedding(src_vocab_size, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
-        self.register_buffer("pos_encoding", sinusoidal_encoding(max_len, d_model), persistent=False)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = EncoderStack(n_layers, d_model, n_heads, d_ff, dropout, eps, final_norm)
-        self.decoder = DecoderStack(n_decoder_layers, d_model, n_heads, d_ff, dropout, eps, final_norm)
-        self.generator = nn.Linear(d_model, tgt_vocab_size)  # the paper's final linear layer
+        if not isinstance(config, EncoderDecoderConfig):
+            raise ValueError(f"config must be an EncoderDecoderConfig, got "
+                             f"{type(config).__name__}")
+        c = self.config = config
+        self.src_vocab_size, self.tgt_vocab_size = c.src_vocab_size, c.tgt_vocab_size
+        self.d_model, self.n_heads, self.max_len = c.d_model, c.n_heads, c.max_len
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab_size, c.d_model)
+        self.register_buffer("pos_encoding", sinusoidal_encoding(c.max_len, c.d_model),
+                             persistent=False)  # (max_len, C)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = EncoderStack(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.eps,
+                                    c.final_norm)
+        self.decoder = DecoderStack(c.n_decoder_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
+                                    c.eps, c.final_norm)
+        self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size)
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
     def _embed(self, tokens: Tensor, table: nn.Embedding, name: str) -> Tensor:
-        if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
-            dtype = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
-            raise ValueError(f"{name} must be an integer (Long) tensor of token ids, got {dtype}")
-        if tokens.dim() != 2:
-            raise ValueError(f"{name} must have shape (B, T), got {tuple(tokens.shape)}")
-        V, T = table.num_embeddings, tokens.shape[1]
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= V:
-            raise ValueError(f"{name} ids must be in [0, {V - 1}], got min {lo}, max {hi}")
+        check_token_ids(tokens, table.num_embeddings, name=name)
+        T = tokens.shape[1]
         if T > self.max_len:
             raise ValueError(f"{name} length ({T}) exceeds max_len ({self.max_len})")
         x = table(tokens) * math.sqrt(self.d_model)  # (B, T, C)
@@ -160,7 +189,7 @@ class EncoderDecoder(nn.Module):
         x = self._embed(tgt, self.tgt_embed, "tgt")
         if tgt_mask is None:
             tgt_mask = causal_mask(tgt.shape[1], device=tgt.device)  # (T, T)
-        return self.generator(self.decoder(x, memory, tgt_mask, src_mask))  # (B, T, V)
+        return self.lm_head(self.decoder(x, memory, tgt_mask, src_mask))  # (B, T, V)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:

@@ -1,17 +1,44 @@
-"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds.
+"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, and
+the analysis of what its cross-attention learnt.
 
 Vocabulary: token 0 is BOS (begin-of-sequence, the decoder's first input); tokens
 1 … V-1 are symbols. The source is a random symbol sequence, the target the same
 sequence reversed. The model "knows" its vocabulary through ``model.tgt_vocab_size``.
+
+Nothing here touches the global random state: data come from local generators, and model
+initialisation and dropout run inside ``torch.random.fork_rng``. A notebook that draws
+random numbers afterwards seeds them itself.
 """
 from __future__ import annotations
 
+import dataclasses
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
+import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.encoder_decoder import EncoderDecoder, LabelSmoothingLoss, noam_lambda
+from transformer_lib.encoder_decoder import (
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    LabelSmoothingLoss,
+    noam_lambda,
+)
 
 BOS = 0
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put ``model`` in eval mode (dropout off) inside the ``with`` block, then restore the
+    mode it had."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def reversal_batch(batch_size: int, seq_len: int, vocab_size: int,
@@ -34,57 +61,132 @@ def reversal_batch(batch_size: int, seq_len: int, vocab_size: int,
     return src, tgt_in, tgt_out
 
 
-def train_reversal(*, seq_len: int = 8, n_symbols: int = 10, n_layers: int = 2, n_heads: int = 2,
-                   d_model: int = 32, d_ff: int = 64, dropout: float = 0.0, steps: int = 200,
-                   batch_size: int = 256, warmup: int = 60, lr_scale: float = 0.4,
-                   smoothing: float = 0.1, seed: int = 0) -> tuple[EncoderDecoder, dict]:
+def reversal_config(n_symbols: int = 10, **overrides) -> EncoderDecoderConfig:
+    """The model :func:`train_reversal` trains by default: 2 layers, 2 heads, ``d_model`` 32,
+    ``d_ff`` 64, no dropout, over a vocabulary of BOS + ``n_symbols``. ``overrides`` replace
+    any field, e.g. ``reversal_config(n_layers=1, n_heads=1)``.
+
+    ``max_len`` is 64: room for sequences much longer than the 8 tokens of training, so that
+    evaluating on other lengths is possible (and fails, as chapter 2 shows).
+    """
+    if n_symbols < 1:
+        raise ValueError(f"n_symbols must be positive, got {n_symbols}")
+    fields = dict(src_vocab_size=n_symbols + 1, tgt_vocab_size=n_symbols + 1, d_model=32,
+                  n_heads=2, n_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(EncoderDecoderConfig)}
+    if unknown:
+        raise ValueError(f"unknown EncoderDecoderConfig fields: {sorted(unknown)}")
+    fields.update(overrides)
+    return EncoderDecoderConfig(**fields)
+
+
+def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int = 8,
+                   steps: int = 200, batch_size: int = 256, warmup: int = 60,
+                   lr_scale: float = 0.4, smoothing: float = 0.1,
+                   seed: int = 0) -> tuple[EncoderDecoder, dict[str, list]]:
     """Train a post-norm encoder–decoder to reverse random sequences of length ``seq_len``.
 
     Adam (β = 0.9, 0.98, ε = 1e-9) with the Noam schedule times ``lr_scale``, label smoothing,
-    fresh random batches every step, all seeded by ``seed``.
+    fresh random batches every step, all seeded by ``seed``; the global random state is left
+    as it was.
+
+    Args:
+        config: the model; None means :func:`reversal_config` ``()``. Source and target share
+            one vocabulary: BOS + symbols.
 
     Returns:
         ``(model, history)``: the model in eval mode, and ``{"step", "loss", "lr"}`` lists
         (one entry per update; the learning rate of update ``step`` is the Noam value at
         ``step``, so it peaks at ``step == warmup``).
     """
+    config = reversal_config() if config is None else config
+    if not isinstance(config, EncoderDecoderConfig):
+        raise ValueError(f"config must be an EncoderDecoderConfig, got {type(config).__name__}")
+    if config.src_vocab_size != config.tgt_vocab_size or config.tgt_vocab_size < 2:
+        raise ValueError("reversal needs one vocabulary of BOS + symbols for source and target, "
+                         f"got src_vocab_size={config.src_vocab_size}, "
+                         f"tgt_vocab_size={config.tgt_vocab_size}")
     if steps < 1:
         raise ValueError(f"steps must be positive, got {steps}")
-    if n_symbols < 1:
-        raise ValueError(f"n_symbols must be positive, got {n_symbols}")
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    vocab_size = n_symbols + 1  # BOS + symbols
-    model = EncoderDecoder(vocab_size, vocab_size, d_model=d_model, n_heads=n_heads,
-                           n_layers=n_layers, d_ff=d_ff, dropout=dropout, max_len=64)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr_scale, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(d_model, warmup))
-    loss_fn = LabelSmoothingLoss(smoothing)
-    history = {"step": [], "loss": [], "lr": []}
-    model.train()
-    for step in range(steps):  # LambdaLR's step count: update `step` uses noam(step)
-        src, tgt_in, tgt_out = reversal_batch(batch_size, seq_len, vocab_size, gen)
-        logits = model(src, tgt_in)  # (B, T, V)
-        loss = loss_fn(logits, tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        history["step"].append(step)
-        history["loss"].append(loss.item())
-        history["lr"].append(optimizer.param_groups[0]["lr"])
-        scheduler.step()
+    if not 1 <= seq_len < config.max_len:
+        raise ValueError(f"seq_len ({seq_len}) must be in [1, max_len - 1 = {config.max_len - 1}]")
+    gen = torch.Generator().manual_seed(seed)  # the training batches
+    history: dict[str, list] = {"step": [], "loss": [], "lr": []}
+    with torch.random.fork_rng(devices=[]):  # initialisation and dropout leave no trace
+        torch.manual_seed(seed)
+        model = EncoderDecoder(config)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr_scale, betas=(0.9, 0.98), eps=1e-9)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(config.d_model, warmup))
+        loss_fn = LabelSmoothingLoss(smoothing)
+        model.train()
+        for step in range(steps):  # LambdaLR's step count: update `step` uses noam(step)
+            src, tgt_in, tgt_out = reversal_batch(batch_size, seq_len, config.tgt_vocab_size, gen)
+            logits = model(src, tgt_in)  # (B, T, V)
+            loss = loss_fn(logits, tgt_out)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            history["step"].append(step)
+            history["loss"].append(loss.item())
+            history["lr"].append(optimizer.param_groups[0]["lr"])
+            scheduler.step()
     model.eval()
     return model, history
 
 
-def _greedy_reverse(model: EncoderDecoder, n: int, seq_len: int, seed: int) -> tuple[Tensor, Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    src, _, tgt_out = reversal_batch(n, seq_len, model.tgt_vocab_size, gen)
-    was_training = model.training
-    model.eval()
-    pred = model.greedy_decode(src, seq_len, BOS)[:, 1:]  # (n, seq_len), BOS dropped
-    model.train(was_training)
-    return src, pred, tgt_out
+def _check_lengths(model: EncoderDecoder, n: int, seq_len: int) -> None:
+    if n < 1 or seq_len < 1:
+        raise ValueError(f"n ({n}) and seq_len ({seq_len}) must be positive")
+    if seq_len + 1 > model.max_len:
+        raise ValueError(f"seq_len ({seq_len}) must be < the model's max_len ({model.max_len})")
+
+
+def _fresh_sources(model: EncoderDecoder, n: int, seq_len: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``n`` seeded random sources ``(n, seq_len)`` and their reversals."""
+    src, _, tgt_out = reversal_batch(n, seq_len, model.tgt_vocab_size,
+                                     torch.Generator().manual_seed(seed))
+    return src, tgt_out
+
+
+@torch.no_grad()
+def decode_with_cross_attention(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
+    """Greedy-decode ``src`` ``(B, S)`` into ``S`` tokens, in eval mode, and return the
+    cross-attention of every decoding step.
+
+    Returns:
+        ``(out, weights)``: ``out`` ``(B, 1 + S)``, BOS then the decoded tokens; ``weights``
+        ``(L, B, H, S, S)``, the cross-attention of each decoder layer, row t being the
+        step that emitted ``out[:, t + 1]``.
+    """
+    if src.dim() != 2:
+        raise ValueError(f"src must have shape (B, S), got {tuple(src.shape)}")
+    S = src.shape[1]
+    with eval_mode(model):
+        out = model.greedy_decode(src, S, BOS)  # (B, 1 + S)
+        # Re-running the decoder on BOS + its own outputs gives, row by row, exactly the
+        # attention of each greedy step (the causal mask hides later tokens).
+        model(src, out[:, :S])
+    weights = torch.stack([layer.cross_attn.last_weights for layer in model.decoder.layers])
+    return out, weights  # (B, 1 + S), (L, B, H, S, S)
+
+
+def mirror_alignment(weights: Tensor) -> Tensor:
+    """How often each head looks at the mirrored source position.
+
+    Args:
+        weights: cross-attention ``(..., n, H, T, S)`` with ``S == T``: step t of the
+            reversal should read source position ``T - 1 - t``.
+
+    Returns:
+        ``(..., H)``: for each head, the fraction of (sequence, step) pairs whose argmax over
+        the keys is the mirrored position.
+    """
+    T, S = weights.shape[-2:]
+    if weights.dim() < 4 or T != S:
+        raise ValueError(f"weights must have shape (..., n, H, T, T), got {tuple(weights.shape)}")
+    mirrored = torch.arange(T - 1, -1, -1, device=weights.device)  # (T,) step t reads T-1-t
+    hits = weights.argmax(dim=-1) == mirrored  # (..., n, H, T)
+    return hits.float().mean(dim=-1).mean(dim=-2)  # (..., H): over steps, then sequences
 
 
 def evaluate_reversal(model: EncoderDecoder, n: int = 1000, seq_len: int = 8,
@@ -95,11 +197,10 @@ def evaluate_reversal(model: EncoderDecoder, n: int = 1000, seq_len: int = 8,
         ``{"exact_match": fraction of sequences entirely right,
         "token_accuracy": fraction of tokens right}``.
     """
-    if n < 1 or seq_len < 1:
-        raise ValueError(f"n ({n}) and seq_len ({seq_len}) must be positive")
-    if seq_len + 1 > model.max_len:
-        raise ValueError(f"seq_len ({seq_len}) must be < the model's max_len ({model.max_len})")
-    _, pred, target = _greedy_reverse(model, n, seq_len, seed)
+    _check_lengths(model, n, seq_len)
+    src, target = _fresh_sources(model, n, seq_len, seed)
+    with eval_mode(model):
+        pred = model.greedy_decode(src, seq_len, BOS)[:, 1:]  # (n, seq_len), BOS dropped
     correct = pred == target  # (n, seq_len)
     return {
         "exact_match": correct.all(dim=1).float().mean().item(),
@@ -107,32 +208,16 @@ def evaluate_reversal(model: EncoderDecoder, n: int = 1000, seq_len: int = 8,
     }
 
 
-@torch.no_grad()
 def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int = 8,
                               seed: int = 12345) -> Tensor:
-    """How often each cross-attention head looks at the mirrored source position.
-
-    During greedy decoding, output step t should copy source position ``seq_len - 1 - t``.
-    For every decoder layer and head, this is the fraction of (sequence, step) pairs whose
-    cross-attention argmax over source keys is that mirrored position.
+    """How often each cross-attention head looks at the mirrored source position while the
+    model greedy-decodes ``n`` fresh random sequences (:func:`mirror_alignment` of the
+    weights of :func:`decode_with_cross_attention`).
 
     Returns:
         ``(n_layers, n_heads)`` tensor of fractions in [0, 1].
     """
-    if n < 1 or seq_len < 1:
-        raise ValueError(f"n ({n}) and seq_len ({seq_len}) must be positive")
-    src, pred, _ = _greedy_reverse(model, n, seq_len, seed)
-    # Re-running the decoder on BOS + its own outputs gives, row by row, exactly the
-    # attention of each greedy step (the causal mask hides later tokens).
-    bos = torch.full((n, 1), BOS, dtype=torch.long)
-    was_training = model.training
-    model.eval()
-    model(src, torch.cat([bos, pred[:, :-1]], dim=1))
-    model.train(was_training)
-    mirrored = torch.arange(seq_len - 1, -1, -1)  # (T,) step t reads source T-1-t
-    rows = []
-    for layer in model.decoder.layers:
-        weights = layer.cross_attn.last_weights  # (n, H, T, S)
-        hits = weights.argmax(dim=-1) == mirrored  # (n, H, T)
-        rows.append(hits.float().mean(dim=(0, 2)))  # (H,)
-    return torch.stack(rows)  # (n_layers, H)
+    _check_lengths(model, n, seq_len)
+    src, _ = _fresh_sources(model, n, seq_len, seed)
+    _, weights = decode_with_cross_attention(model, src)  # (L, n, H, T, T)
+    return mirror_alignment(weights)  # (L, H)

@@ -29,7 +29,7 @@ from torch import Tensor
 from transformer_lib.encoder_decoder import EncoderDecoder
 from transformer_lib.plotting import attention_heatmap
 from transformer_lib.positional import PAIRINGS, apply_rope, rope_cos_sin
-from transformer_lib.tasks import BOS, reversal_batch, train_reversal
+from transformer_lib.tasks import decode_with_cross_attention, reversal_batch, train_reversal
 
 DPI = 80  # frame resolution: small pictures keep the page light
 FONT = 8  # titles and axis labels inside frames
@@ -145,20 +145,6 @@ def _attention_frames(weights: Tensor, src: Sequence[int], out: Sequence[int], l
     return _render_frames(fig, T + 1 if steps else 1, draw)
 
 
-@torch.no_grad()
-def _cross_attention(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
-    """Greedy-decode ``src`` ``(B, S)`` and return ``(out, weights)``: the output ``(B, S + 1)``
-    with its BOS, and the cross-attention of every decoder layer ``(L, B, H, S, S)``."""
-    was_training = model.training
-    model.eval()
-    S = src.shape[1]
-    out = model.greedy_decode(src, S, BOS)  # (B, 1 + S)
-    model(src, out[:, :S])  # one pass re-creates every step's attention (causal mask)
-    model.train(was_training)
-    weights = torch.stack([layer.cross_attn.last_weights for layer in model.decoder.layers])
-    return out, weights  # (B, 1 + S), (L, B, H, S, S)
-
-
 def _live_extra(model: EncoderDecoder, layer: widgets.IntSlider,
                 head: widgets.IntSlider) -> tuple[widgets.Accordion, dict, Callable]:
     """The kernel-only part of :func:`attention_explorer`: type a sequence, see its map."""
@@ -182,7 +168,7 @@ def _live_extra(model: EncoderDecoder, layer: widgets.IntSlider,
                                     f"(digits, or numbers separated by spaces); got {text!r}.")
             return
         seq = torch.tensor([tokens])  # (1, S)
-        seq_out, seq_weights = _cross_attention(model, seq)  # (1, 1 + S), (L, 1, H, S, S)
+        seq_out, seq_weights = decode_with_cross_attention(model, seq)  # (1, 1 + S), (L, 1, H, S, S)
         l, h = layer.value, head.value
         live["image"].value = _attention_frames(seq_weights[l, 0, h], tokens, seq_out[0].tolist(),
                                                 l, h, steps=False)[0]
@@ -231,7 +217,7 @@ def attention_explorer(model: EncoderDecoder | None = None, *, n_examples: int =
                                          "steps": seq_len + 1})
     src, _, _ = reversal_batch(n_examples, seq_len, model.tgt_vocab_size,
                                torch.Generator().manual_seed(seed))  # (n, S)
-    out, weights = _cross_attention(model, src)  # (n, 1 + S), (L, n, H, S, S)
+    out, weights = decode_with_cross_attention(model, src)  # (n, 1 + S), (L, n, H, S, S)
     frames = [[[_attention_frames(weights[l, e, h], src[e].tolist(), out[e].tolist(), l, h)
                 for h in range(H)] for l in range(L)] for e in range(n_examples)]
 

@@ -1,0 +1,66 @@
+"""The library's layers, read from its imports (never upward):
+
+core (attention, norms, positional, ffn, cache, validation) -> models (encoder_decoder,
+decoder, convert) -> teaching (tasks, plotting, widgets, checks).
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
+CORE = {"attention", "norms", "positional", "ffn", "cache", "validation"}
+MODELS = {"encoder_decoder", "decoder", "convert"}
+TEACHING = {"tasks", "plotting", "widgets", "checks"}
+
+
+def _module_of(path: Path) -> str:
+    """The top-level library module a file belongs to: 'checks' for checks/ch01_attention.py."""
+    parts = path.relative_to(LIB).with_suffix("").parts
+    return parts[0]
+
+
+def _imported(path: Path) -> set[str]:
+    """The library modules a file imports (absolute or relative), by top-level name."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: inside a package of the library
+                names.add(_module_of(path))
+                continue
+            modules = [node.module or ""]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "transformer_lib" and len(parts) > 1:
+                names.add(parts[1])
+    return names
+
+
+FILES = sorted(p for p in LIB.rglob("*.py") if p.name != "__init__.py" or p.parent != LIB)
+
+
+def test_every_module_has_a_layer():
+    modules = {_module_of(p) for p in FILES}
+    assert modules == CORE | MODELS | TEACHING, "put a new module in one of the three layers"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
+def test_imports_never_go_up_a_layer(path):
+    module, imported = _module_of(path), _imported(path)
+    if module in CORE:
+        assert not imported & (MODELS | TEACHING), f"core module {module} imports {imported}"
+    if module in MODELS:
+        assert not imported & TEACHING, f"model module {module} imports {imported}"
+
+
+def test_the_reader_catches_an_upward_import(tmp_path):
+    fake = LIB / "attention.py"
+    source = "from transformer_lib.tasks import BOS\nimport transformer_lib.widgets as w\n"
+    tree_file = tmp_path / "attention.py"
+    tree_file.write_text(source, encoding="utf-8")
+    assert _imported(tree_file) == {"tasks", "widgets"}
+    assert _module_of(fake) == "attention"
