@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.positional import rope_cos_sin
 
 from conftest import randomize_
 
@@ -47,19 +48,15 @@ def test_kv_cache_decoding_matches_full_forward(dtype, tol, pairing):
     assert (torch.cat(pieces, dim=1) - full).abs().max().item() <= tol
 
 
-def test_rope_relativity_inside_the_model():
-    model = random_model(torch.float64)
-    attn = model.layers[0].self_attn
-    q, k = torch.randn(attn.head_dim, dtype=torch.float64), torch.randn(attn.head_dim, dtype=torch.float64)
-    from transformer_lib.positional import apply_rope
-
-    def score(m, n):
-        qm = apply_rope(q[None], model.rope_cos[m:m + 1], model.rope_sin[m:m + 1])
-        kn = apply_rope(k[None], model.rope_cos[n:n + 1], model.rope_sin[n:n + 1])
-        return (qm @ kn.T).item()
-
-    assert math.isclose(score(5, 2), score(20, 17), rel_tol=1e-9)
-    assert abs(score(20, 10) - score(5, 2)) > 1e-3
+def test_rope_tables_are_recomputed_in_the_model_dtype():
+    """After .double() the RoPE tables are fp64 values, not fp32 values cast up (RoPE's
+    relativity itself is tested on the tables in test_positional.py)."""
+    model = Decoder(small_config()).double()
+    cos, sin = rope_cos_sin(64, 16, dtype=torch.float64)  # (max_seq_len, D/2)
+    assert model.rope_cos.dtype == torch.float64
+    assert torch.equal(model.rope_cos, cos) and torch.equal(model.rope_sin, sin)
+    assert not torch.equal(cos.float().double(), cos), "fp32 rounding would show"
+    assert "rope_cos" not in model.state_dict()
 
 
 def test_initial_loss_is_close_to_log_vocab():

@@ -11,6 +11,13 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _check_sizes(d: int, eps: float) -> None:
+    if d < 1:
+        raise ValueError(f"d must be positive, got {d}")
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+
+
 class LayerNorm(nn.Module):
     """LayerNorm over the last dimension: (x - mean) / sqrt(var + eps) * weight + bias.
 
@@ -20,10 +27,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-5):
         super().__init__()
-        if d < 1:
-            raise ValueError(f"d must be positive, got {d}")
-        if eps <= 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_sizes(d, eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d))
@@ -46,10 +50,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
-        if d < 1:
-            raise ValueError(f"d must be positive, got {d}")
-        if eps <= 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_sizes(d, eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
 
