@@ -46,3 +46,20 @@ def run_check(check, fn, capsys):
     printed = capsys.readouterr().out
     assert printed.strip() == result.report.strip()
     return result, printed
+
+
+def checkers_in(module) -> list[str]:
+    """The names of the exercise checkers that ``module`` defines (its ``check_*`` functions),
+    in the order of the module."""
+    return [name for name, value in vars(module).items()
+            if name.startswith("check_") and callable(value)
+            and getattr(value, "__module__", None) == module.__name__]
+
+
+def assert_rejected(check, wrong, fragments, capsys) -> None:
+    """``check`` fails the attempted solution ``wrong`` and its report contains each of
+    ``fragments``: what is wrong, and the hint for this mistake."""
+    result, printed = run_check(check, wrong, capsys)
+    assert not result and result.attempted and result.failures
+    for fragment in fragments:
+        assert fragment in printed, f"{fragment!r} not in:\n{printed}"
