@@ -63,3 +63,21 @@ def assert_rejected(check, wrong, fragments, capsys) -> None:
     assert not result and result.attempted and result.failures
     for fragment in fragments:
         assert fragment in printed, f"{fragment!r} not in:\n{printed}"
+
+
+def mistake_tests(wrong, chapter_module):
+    """The two tests every chapter's checkers get, over ``wrong``, a list of (checker, wrong
+    solution, fragments its report must contain): each wrong solution is rejected with its
+    reason, and each checker of ``chapter_module`` is tried on at least two mistakes. A test
+    file binds them to test names: ``test_rejected, test_two_mistakes = mistake_tests(...)``."""
+
+    @pytest.mark.parametrize("check, attempt, fragments", wrong,
+                             ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(wrong)])
+    def test_wrong_solution_is_rejected_with_the_reason(check, attempt, fragments, capsys):
+        assert_rejected(check, attempt, fragments, capsys)
+
+    @pytest.mark.parametrize("name", checkers_in(chapter_module))
+    def test_every_checker_knows_at_least_two_mistakes(name):
+        assert sum(check.__name__ == name for check, _, _ in wrong) >= 2
+
+    return test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes

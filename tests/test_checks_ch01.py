@@ -3,10 +3,9 @@ in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
-import pytest
 import torch
 from check_solutions import causal_mask, softmax_jacobian
-from conftest import assert_rejected, checkers_in
+from conftest import mistake_tests
 
 from transformer_lib.checks import (
     ch01_attention,
@@ -53,12 +52,5 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("check, wrong, fragments", WRONG,
-                         ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
-def test_wrong_solution_is_rejected_with_the_reason(check, wrong, fragments, capsys):
-    assert_rejected(check, wrong, fragments, capsys)
-
-
-@pytest.mark.parametrize("name", checkers_in(ch01_attention))
-def test_every_checker_knows_at_least_two_mistakes(name):
-    assert sum(check.__name__ == name for check, _, _ in WRONG) >= 2
+test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
+    mistake_tests(WRONG, ch01_attention))
