@@ -1,7 +1,6 @@
 """What the book tests share: the book's configuration, its pages, and a fresh build of it."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -9,24 +8,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+# tools/build_book.py and tools/setup_cell.py (tools/ is on pytest's pythonpath: pyproject.toml)
+import build_book
+import setup_cell
+
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
-BOOK_LOG = ROOT / "_build" / "book.log"
-BOOK_OK = ROOT / "_build" / "book.ok"  # written by `make book` after a successful build
+BOOK_LOG = build_book.LOG  # the whole output of the last build
+BOOK_OK = build_book.OK  # written by the build (`make book`) when it succeeds
 
 # What a build depends on: if any of it is newer than the last successful build, that is stale.
+# `make book` rewrites the setup cells with tools/setup_cell.py and builds with
+# tools/build_book.py; _ext holds the book's Sphinx extension.
 _SOURCES = ["_config.yml", "_toc.yml", "intro.md", "chapters", "appendix", "_assets", "_ext",
-            "transformer_lib"]
-
-
-def _load_setup_cell_module():
-    spec = importlib.util.spec_from_file_location("setup_cell", ROOT / "_ext" / "setup_cell.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-setup_cell = _load_setup_cell_module()
+            "tools/setup_cell.py", "tools/build_book.py", "transformer_lib"]
 
 
 def config() -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import setup_cell  # tools/setup_cell.py
 from book_support import (
     BOOK_LOG,
     ROOT,
@@ -19,7 +20,6 @@ from book_support import (
     ensure_built_book,
     launch_urls,
     notebook_docnames,
-    setup_cell,
     source_of,
     toc_docnames,
 )

@@ -9,29 +9,17 @@ solutions.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 from collections import Counter
-from pathlib import Path
 
 import nbformat
 import pytest
 
+import make_student  # tools/make_student.py
 from book_support import ROOT, config, ensure_built_book, toc_docnames
 
 CHAPTERS = ROOT / "chapters"
 EXERCISES = ROOT / "exercises"
-
-
-def _load_make_student():
-    path = ROOT / "tools" / "make_student.py"
-    spec = importlib.util.spec_from_file_location("make_student", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_student = _load_make_student()
 CHAPTER_PATHS = sorted(CHAPTERS.glob("*.ipynb"))
 EXERCISE_CHAPTERS = [p for p in CHAPTER_PATHS
                      if make_student.BEGIN in p.read_text(encoding="utf-8")]
@@ -136,10 +124,11 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
     assert numbers == [str(i + 1) for i in range(n_exercises)]
 
 
-@pytest.mark.parametrize("chapter", EXERCISE_CHAPTERS, ids=_ids(EXERCISE_CHAPTERS))
+@pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
 def test_student_copy_runs_and_reports_not_attempted(chapter):
     """Executed top to bottom, as a student would on receiving it: no cell fails, and every
-    checker says the exercise is not attempted yet."""
+    checker says the exercise is not attempted yet. This is the only run of the copies
+    (nbval does not collect exercises/: see test_student_copies_are_run_once)."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(EXERCISES / chapter.name, as_version=4)
@@ -254,11 +243,24 @@ def test_student_copies_are_not_part_of_the_book():
     assert "sphinx_exercise" in cfg["sphinx"]["extra_extensions"]
 
 
-def test_student_copies_are_run_by_pytest():
+def test_student_copies_are_run_once():
+    """Every copy in exercises/ is executed by test_student_copy_runs_and_reports_not_attempted,
+    and by nothing else: nbval, which runs the notebooks under pytest's testpaths, is not
+    pointed at exercises/."""
     import tomllib
 
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "exercises" in pyproject["tool"]["pytest"]["ini_options"]["testpaths"]
+    pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    pytest_config = pytest_config["tool"]["pytest"]["ini_options"]
+    collected = [ROOT / path for path in pytest_config["testpaths"]]
+    assert not any(EXERCISES.is_relative_to(path) or path.is_relative_to(EXERCISES)
+                   for path in collected), f"nbval would run exercises/ again: {collected}"
+    assert "exercises" not in pytest_config["addopts"]
+
+    (parametrize,) = [mark for mark in test_student_copy_runs_and_reports_not_attempted.pytestmark
+                      if mark.name == "parametrize"]
+    run = sorted(EXERCISES / chapter.name for chapter in parametrize.args[1])
+    assert run == sorted(EXERCISES.glob("*.ipynb")), "a student copy is not run"
+    assert len(run) == len(set(run)), "a student copy is run twice"
 
 
 @pytest.mark.book

@@ -9,8 +9,8 @@ local checkout.
 Every notebook under ``chapters/`` and ``appendix/`` has a title cell (Markdown) first and
 this setup cell second, tagged ``hide-output``.
 
-    python _ext/setup_cell.py --check   # exit 1 and list the notebooks that disagree
-    python _ext/setup_cell.py --write   # rewrite (or insert) the setup cell where needed
+    python tools/setup_cell.py --check   # exit 1 and list the notebooks that disagree
+    python tools/setup_cell.py --write   # rewrite (or insert) the setup cell where needed
 
 ``make book`` runs ``--write`` (outside CI), so changing the repository in ``_config.yml`` and
 rebuilding is all it takes to move the course to a new home.
@@ -68,7 +68,8 @@ def notebooks(root: Path = ROOT) -> list[Path]:
     """Every notebook of the book (checkpoints excluded), sorted."""
     found = []
     for folder in NOTEBOOK_DIRS:
-        found += [p for p in (root / folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
+        found += [p for p in (root / folder).rglob("*.ipynb")
+                  if ".ipynb_checkpoints" not in p.parts]
     return sorted(found)
 
 
@@ -80,7 +81,8 @@ def problems(nb, expected_source: str) -> list[str]:
     """What is wrong with the notebook's title and setup cells (empty when all is well)."""
     cells = nb.cells
     found = []
-    if not cells or cells[0].cell_type != "markdown" or not cells[0].source.lstrip().startswith("# "):
+    title = cells[0].source.lstrip() if cells and cells[0].cell_type == "markdown" else ""
+    if not title.startswith("# "):
         found.append("cell 0 must be a Markdown cell that starts with the page title ('# ...')")
     if len(cells) < 2 or not is_setup_cell(cells[1]):
         found.append("cell 1 must be the setup cell")

@@ -1,0 +1,105 @@
+"""The scripts in tools/: the book build's failure summary, and where the scripts live.
+
+tools/ is on pytest's pythonpath (pyproject.toml), so the scripts are imported by name here,
+and each must also run as ``python tools/<script>.py``.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import build_book
+from book_support import ROOT
+
+ESC = "\x1b"
+
+# A shortened log of a failed build, as jupyter-book writes it (colour codes included).
+FAILED_LOG = f"""\
+Running Jupyter-Book v1.0.4.post1
+{ESC}[01mreading sources... {ESC}[39;49;00m[ 22%] {ESC}[35mchapters/01_attention{ESC}[39;49;00m
+/work/book/chapters/01_attention.ipynb: Executing notebook using local CWD [mystnb]
+[IPKernelApp] WARNING | Kernel is running over TCP without encryption.
+{ESC}[91m/work/book/intro.md:12: WARNING: undefined label: 'ch-missing'{ESC}[39;49;00m
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/nbclient/client.py", line 918, in _check_raise_for_error
+    raise CellExecutionError.from_cell_and_msg(cell, exec_reply_content)
+nbclient.exceptions.CellExecutionError: An error occurred while executing the following cell:
+------------------
+assert torch.allclose(ours, reference)
+------------------
+
+{ESC}[31mAssertionError{ESC}[39m: ours and the reference differ
+
+The above exception was the direct cause of the following exception:
+
+  File "/venv/lib/python3.11/site-packages/myst_nb/core/execute/direct.py", line 51, in start_client
+    raise ExecutionError(str(self.path)) from result.err
+myst_nb.core.execute.base.ExecutionError: /work/book/chapters/01_attention.ipynb
+RuntimeError:
+There was an error in building your book. Look above for the cause.
+"""
+
+
+def _section(summary: str, title: str) -> list[str]:
+    """The lines of the summary between the header ``---- title ----`` and the next header."""
+    lines = summary.splitlines()
+    start = lines.index(f"---- {title} ----") + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("---- ")), len(lines))
+    return lines[start:end]
+
+
+def test_failure_summary_shows_warnings_the_failed_cell_and_the_log(tmp_path):
+    log_path = tmp_path / "book.log"
+    summary = build_book.failure_summary(FAILED_LOG, log_path, tmp_path / "reports")
+
+    assert _section(summary, "Sphinx warnings and errors") == [
+        "/work/book/intro.md:12: WARNING: undefined label: 'ch-missing'"]  # no colour codes
+    assert "IPKernelApp" not in "\n".join(_section(summary, "Sphinx warnings and errors"))
+
+    failed = _section(summary, "notebook that failed, the cell and its error")
+    assert failed[0] == "Notebook: /work/book/chapters/01_attention.ipynb"
+    assert failed[1].startswith("nbclient.exceptions.CellExecutionError: An error occurred")
+    assert "assert torch.allclose(ours, reference)" in failed
+    assert "AssertionError: ours and the reference differ" in failed
+    assert not any(line.startswith("The above exception") for line in failed)
+
+    tail = _section(summary, "end of the log")
+    assert tail[-1] == f"Book build FAILED; full log: {log_path.resolve()}"
+    assert "There was an error in building your book. Look above for the cause." in tail
+    assert "Execution reports" not in summary  # no reports folder was written
+
+
+def test_failure_summary_names_the_reports_folder_when_there_is_one(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    summary = build_book.failure_summary(FAILED_LOG, tmp_path / "book.log", reports)
+    assert summary.splitlines()[-1] == f"Execution reports: {reports.resolve()}"
+
+
+def test_failure_summary_of_a_build_that_only_warned(tmp_path):
+    log = "\n".join(["[IPKernelApp] WARNING | Kernel is running over TCP without encryption."]
+                    + [f"/book/x.md:{i}: WARNING: warning {i}" for i in range(50)]
+                    + ["build finished with problems, 50 warnings."])
+    summary = build_book.failure_summary(log, tmp_path / "book.log", tmp_path / "reports")
+    warnings = _section(summary, "Sphinx warnings and errors")
+    assert warnings == [f"/book/x.md:{i}: WARNING: warning {i}"
+                        for i in range(build_book.MAX_WARNINGS)]
+    assert _section(summary, "notebook that failed, the cell and its error") == []
+
+
+def test_ext_holds_only_the_books_sphinx_extensions():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    local = config["sphinx"]["local_extensions"]
+    in_ext = sorted(p.stem for p in (ROOT / "_ext").glob("*.py"))
+    assert in_ext == sorted(name for name, folder in local.items() if folder == "_ext")
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "tools").glob("*.py")))
+def test_tool_runs_as_a_script(script):
+    result = subprocess.run([sys.executable, f"tools/{script}", "--help"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage:")
