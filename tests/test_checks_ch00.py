@@ -4,7 +4,7 @@ stubs, exceptions, NaN) is in ``test_checks_contract.py``."""
 from __future__ import annotations
 
 import torch
-from check_solutions import attention, softmax, split_heads
+from check_solutions.ch00 import attention, softmax, split_heads
 from conftest import mistake_tests
 
 from transformer_lib.checks import (

@@ -4,7 +4,7 @@ in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions import causal_mask, softmax_jacobian
+from check_solutions.ch01 import causal_mask, softmax_jacobian
 from conftest import mistake_tests
 
 from transformer_lib.checks import (

@@ -4,7 +4,7 @@ in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions import mirror_alignment, reversal_targets
+from check_solutions.ch02 import mirror_alignment, reversal_targets
 from conftest import mistake_tests
 
 from transformer_lib.checks import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
-from check_solutions import head_weight, mha_param_count
+from check_solutions.ch03 import head_weight, mha_param_count
 from conftest import mistake_tests
 
 from transformer_lib.checks import (

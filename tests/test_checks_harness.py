@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from check_solutions import attention, softmax, split_heads
+from check_solutions.ch00 import attention, softmax, split_heads
 from conftest import randomize_, run_check
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
