@@ -1,7 +1,7 @@
 """The contract every exercise checker keeps, tested on every checker the package exports.
 
 The checkers are found, not listed: each public ``check_*`` of ``transformer_lib.checks``, and
-each needs its reference solution in ``tests/check_solutions.py``. For each: the reference
+each needs its reference solution in ``tests/check_solutions/chNN.py``. For each: the reference
 passes; an untouched stub is "not attempted yet", in one line; a raising function gets its
 exception's one-line summary; a non-callable and odd return values never escape as
 exceptions; NaN in a floating-point output is reported as NaN; the global random state is
@@ -29,7 +29,7 @@ NAMES = sorted(CHECKERS)
 
 def _solution(name: str):
     if name not in SOLUTIONS:
-        pytest.fail(f"no reference solution for {name} in tests/check_solutions.py")
+        pytest.fail(f"no reference solution for {name} in tests/check_solutions/")
     return SOLUTIONS[name]
 
 
@@ -73,9 +73,9 @@ def _with_nan(value):
 def test_every_checker_has_a_reference_solution():
     assert NAMES, "no checkers found in transformer_lib.checks"
     missing = [name for name in NAMES if name not in SOLUTIONS]
-    assert not missing, f"add reference solutions to tests/check_solutions.py for {missing}"
+    assert not missing, f"add reference solutions to tests/check_solutions/ for {missing}"
     stale = sorted(set(SOLUTIONS) - set(CHECKERS))
-    assert not stale, f"tests/check_solutions.py has solutions for no checker: {stale}"
+    assert not stale, f"tests/check_solutions/ has solutions for no checker: {stale}"
 
 
 def test_every_chapter_module_is_exported():

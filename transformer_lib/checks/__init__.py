@@ -20,7 +20,7 @@ To add a chapter's checkers, write ``chNN_topic.py`` here with one public ``chec
 function per exercise, built on the harness. This package finds the module itself and
 re-exports its checkers (``from transformer_lib.checks import check_<exercise>``); the tests
 in ``tests/test_checks_contract.py`` find them too and need only a reference solution in
-``tests/check_solutions.py``.
+``tests/check_solutions/chNN.py``.
 """
 from __future__ import annotations
 
