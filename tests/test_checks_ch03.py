@@ -6,14 +6,17 @@ from __future__ import annotations
 import math
 
 import torch
-from check_solutions.ch03 import head_weight, mha_param_count
+from check_solutions.ch03 import head_weight, mha_param_count, split_heads
 from conftest import mistake_tests
 
 from transformer_lib.checks import (
     ch03_multi_head,
     check_head_weight,
+    check_merge_heads,
     check_mha_param_count,
     check_multi_head,
+    check_repeat_kv,
+    check_split_heads,
 )
 
 
@@ -64,6 +67,30 @@ WRONG = [
     (check_multi_head, multi_head_wrong(merge_ok=False), ["merged without the transpose"]),
     (check_multi_head, multi_head_wrong(scale_by_c=True), ["divided by √C", "√D = √4"]),
     (check_multi_head, multi_head_wrong(transpose_w=False), ["nn.Linear computes x Wᵀ"]),
+    (check_repeat_kv, lambda x, n_rep: x.repeat(1, n_rep, 1, 1),
+     ["output heads hold key/value heads [0, 1, 0, 1]; expected [0, 0, 1, 1]", "tiled"]),
+    (check_repeat_kv, lambda x, n_rep: x.repeat_interleave(n_rep, dim=2),
+     ["wrong shape", "you repeated the positions (dim 2)"]),
+    (check_repeat_kv, lambda x, n_rep: x[:, :, None].expand(-1, -1, n_rep, -1, -1),
+     ["wrong shape", "merge the two head axes"]),
+    (check_split_heads, lambda x, n_heads: x.view(x.shape[0], n_heads, x.shape[1], -1),
+     ["wrong values in the output", "reshaped straight from (B, T, C) to (B, H, T, D)",
+      "then transpose(1, 2)", "instead of a ValueError"]),
+    (check_split_heads, lambda x, n_heads: split_heads(x, n_heads).transpose(1, 2),
+     ["wrong shape for the output: expected (B, H, T, D) = (2, 3, 5, 4), got (2, 5, 3, 4)",
+      ".transpose(1, 2)"]),
+    (check_split_heads,
+     lambda x, n_heads: split_heads(x, x.shape[-1] // n_heads).permute(0, 3, 2, 1),
+     ["every H-th channel"]),
+    (check_split_heads, lambda x, n_heads: split_heads(x, n_heads) if x.shape[-1] % n_heads == 0
+     else (_ for _ in ()).throw(ValueError("bad sizes")),
+     ["3 of 4 checks passed", "does not give the sizes 10, 3"]),
+    (check_merge_heads, lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+     ["wrong values in the output", "mixes heads and positions"]),
+    (check_merge_heads, lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1),
+     ["raised RuntimeError: view size is not compatible", "use .reshape"]),
+    (check_merge_heads, lambda x: x.transpose(1, 2),
+     ["wrong shape", "merge the last two axes"]),
 ]
 
 

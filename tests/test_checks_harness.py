@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from check_solutions.ch00 import attention, softmax, split_heads
+from check_solutions.ch01 import attention, softmax
+from check_solutions.ch03 import split_heads
 from conftest import randomize_, run_check
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
     _harness,
     _reference,
-    ch00_setup,
+    ch01_attention,
     check_attention,
     check_masked_softmax,
     check_softmax,
@@ -56,7 +57,7 @@ def test_a_fault_inside_the_checker_is_reported_not_raised(capsys, monkeypatch):
     def broken_reference(*args, **kwargs):
         raise RuntimeError("reference failed")
 
-    monkeypatch.setattr(ch00_setup, "scaled_dot_product_attention", broken_reference)
+    monkeypatch.setattr(ch01_attention, "scaled_dot_product_attention", broken_reference)
     result, printed = run_check(check_attention, attention, capsys)
     assert not result
     assert "could not be checked (RuntimeError: reference failed)" in printed

@@ -1,6 +1,7 @@
 """Checkers for the exercises of chapter 3, multi-head attention
 (``chapters/03_multi_head.ipynb``): the parameters of a multi-head layer, one head's slice of a
-fused projection, and multi-head attention from fused weights."""
+fused projection, multi-head attention from fused weights, ``repeat_kv`` for grouped-query
+attention, and splitting and merging heads."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from torch import Tensor
 from transformer_lib.attention import (
     MultiHeadAttention,
     causal_mask,
+    repeat_kv,
     scaled_dot_product_attention,
 )
 from transformer_lib.checks._harness import (
@@ -19,6 +21,7 @@ from transformer_lib.checks._harness import (
     _call,
     _compare,
     _describe,
+    _expect_value_error,
     _Failure,
     _generator,
     _run,
@@ -164,4 +167,135 @@ def check_multi_head(multi_head: Callable[..., Tensor]) -> CheckResult:
         ("x (2, 5, 12), 3 heads, no mask", case(2, 5, 12, 3, None)),
         ("x (1, 6, 8), 2 heads, causal mask", case(1, 6, 8, 2, causal_mask(6))),
         ("x (2, 4, 8), 4 heads of width 2", case(2, 4, 8, 4, None)),
+    ])
+
+
+# Grouped-query attention: repeat_kv ---------------------------------------------------------
+
+
+def check_repeat_kv(repeat_kv_fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
+    """Check ``repeat_kv(x, n_rep)``, ``(B, H_kv, S, D) -> (B, H_kv * n_rep, S, D)``, against
+    :func:`transformer_lib.attention.repeat_kv`: heads interleaved (kv0, kv0, kv1, kv1, …),
+    so that query head h reads key/value head h // n_rep."""
+    g = _generator()
+
+    def case(shape: tuple[int, int, int, int], n_rep: int) -> Callable[[], None]:
+        x = torch.randn(*shape, generator=g)  # (B, H_kv, S, D)
+
+        def run() -> None:
+            got = _call(repeat_kv_fn, [x, n_rep], ["x", "n_rep"])
+            B, H_kv, S, D = shape
+
+            def head_order(out: Tensor) -> str | None:
+                held = []
+                for h in range(out.shape[1]):
+                    same = [j for j in range(H_kv) if torch.allclose(out[:, h], x[:, j].double())]
+                    held.append(str(same[0]) if same else "?")
+                want = [str(h // n_rep) for h in range(H_kv * n_rep)]
+                if held != want:
+                    return (f"output heads hold key/value heads [{', '.join(held)}]; expected "
+                            f"[{', '.join(want)}] (query head h reads key/value head h // n_rep)")
+                return None
+
+            _compare(got, repeat_kv(x, n_rep), "the output", letters="(B, H_kv·n_rep, S, D)",
+                     axes=("batch", "head", "position", "feature"), properties=[head_order],
+                     mistakes=[(x.repeat(1, n_rep, 1, 1),  # (B, n_rep·H_kv, S, D)
+                                "the heads are tiled (kv0, kv1, kv0, kv1, …): repeat each head in "
+                                "place instead (kv0, kv0, kv1, kv1, …), so that the n_rep query "
+                                "heads of a group, which sit next to each other, share it")],
+                     shape_hints={  # later entries win where two shapes coincide
+                         (B, H_kv, S * n_rep, D): "you repeated the positions (dim 2); repeat "
+                                                  "the heads (dim 1)",
+                         (B, n_rep, H_kv, S, D): "merge the two head axes, with the repeats "
+                                                 "inside each key/value head: (B, H_kv, n_rep, "
+                                                 "S, D), then reshape",
+                         (B, H_kv, n_rep, S, D): "merge the two head axes: reshape to "
+                                                 "(B, H_kv * n_rep, S, D)",
+                     })
+        return run
+
+    return _run("repeat_kv", repeat_kv_fn, [
+        ("2 key/value heads, n_rep = 2, x (2, 2, 3, 4)", case((2, 2, 3, 4), 2)),
+        ("3 key/value heads, n_rep = 4, x (1, 3, 5, 2)", case((1, 3, 5, 2), 4)),
+        ("multi-query: 1 key/value head, n_rep = 4", case((2, 1, 3, 4), 4)),
+        ("n_rep = 1 gives x back", case((2, 4, 3, 2), 1)),
+    ])
+
+
+# Multi-head attention: split and merge heads ------------------------------------------------
+
+
+def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> CheckResult:
+    """Check ``split_heads(x, n_heads)``, ``(B, T, C) -> (B, H, T, D)`` with ``D = C / H``:
+    head h of position t holds channels h·D … h·D + D − 1 of x[:, t]. A ``C`` that ``n_heads``
+    does not divide must raise a ValueError that names both sizes."""
+    g = _generator()
+
+    def case(shape: tuple[int, int, int], H: int) -> Callable[[], None]:
+        x = torch.randn(*shape, generator=g)  # (B, T, C)
+
+        def run() -> None:
+            got = _call(split_heads, [x, H], ["x", "n_heads"])
+            B, T, C = shape
+            D = C // H
+            _compare(got, _split_heads(x, H), "the output", letters="(B, H, T, D)",
+                     axes=("batch", "head", "position", "feature"),
+                     mistakes=[
+                         (x.reshape(B, H, T, D),  # (B, H, T, D), heads mixed with positions
+                          "this is x reshaped straight from (B, T, C) to (B, H, T, D): the shape "
+                          "is right, but a head now holds pieces of several positions. Reshape "
+                          "to (B, T, H, D) first, then transpose(1, 2)"),
+                         (x.reshape(B, T, D, H).permute(0, 3, 1, 2),  # (B, H, T, D), strided
+                          "head h got every H-th channel (h, h + H, …); it must own the D "
+                          "consecutive channels h·D … h·D + D − 1: reshape to (B, T, H, D), not "
+                          "(B, T, D, H)"),
+                     ],
+                     shape_hints={(B, T, H, D): "these are the heads before the transpose: move "
+                                                "the heads in front of the positions with "
+                                                ".transpose(1, 2)"})
+        return run
+
+    def not_divisible() -> None:
+        x = torch.randn(2, 5, 10, generator=g)  # (B, T, C) with C = 10
+        _expect_value_error(split_heads, [x, 3], "C = 10 cannot be split into 3 heads",
+                            must_name=["10", "3"])
+
+    return _run("split_heads", split_heads, [
+        ("x (2, 5, 12) into 3 heads of width 4", case((2, 5, 12), 3)),
+        ("x (1, 4, 8) into 2 heads of width 4", case((1, 4, 8), 2)),
+        ("one head: x (2, 3, 6)", case((2, 3, 6), 1)),
+        ("C = 10 and n_heads = 3 raise a ValueError", not_divisible),
+    ])
+
+
+def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> CheckResult:
+    """Check ``merge_heads(x)``, ``(B, H, T, D) -> (B, T, H·D)``, the inverse of
+    ``split_heads``: ``merge_heads(split_heads(x, H)) == x``, non-contiguous inputs (the
+    output of a transpose, as attention produces them) included."""
+    g = _generator()
+
+    def case(x: Tensor) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(merge_heads, [x], ["x"])
+            B, H, T, D = x.shape
+            _compare(got, _merge_heads(x), "the output", letters="(B, T, H·D)",
+                     axes=("batch", "position", "channel"),
+                     mistakes=[
+                         (x.reshape(B, T, H * D),  # (B, T, C), heads mixed with positions
+                          "reshaping (B, H, T, D) straight to (B, T, C) mixes heads and "
+                          "positions: transpose(1, 2) to (B, T, H, D) first, then reshape"),
+                         (x.permute(0, 2, 3, 1).reshape(B, T, H * D),  # (B, T, C) via (B, T, D, H)
+                          "the channels of each head must stay together: go through "
+                          "(B, T, H, D), not (B, T, D, H)"),
+                     ],
+                     shape_hints={(B, T, H, D): "the heads are in place, now merge the last two "
+                                                "axes: .reshape(B, T, H * D)"})
+        return run
+
+    y = torch.randn(1, 6, 8, generator=g)  # (B, T, C)
+    return _run("merge_heads", merge_heads, [
+        ("x (2, 3, 5, 4) to (2, 5, 12)", case(torch.randn(2, 3, 5, 4, generator=g))),
+        ("a non-contiguous input, as split_heads returns it",
+         case(_split_heads(y, 2))),  # (B, H, T, D), a transposed view
+        ("one head: x (2, 1, 3, 6)", case(torch.randn(2, 1, 3, 6, generator=g))),
     ])
