@@ -87,12 +87,15 @@ def test_interleaved_model_equals_half_model_with_permuted_weights():
     assert (unpermuted(tokens) - inter(tokens)).abs().max().item() > 1e-2
 
 
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
 @pytest.mark.parametrize("batch_first", [True, False])
-def test_encoder_decoder_matches_nn_transformer(batch_first):
+def test_encoder_decoder_matches_nn_transformer(batch_first, norm_first):
     ref = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=3,
-                         dim_feedforward=48, dropout=0.0, batch_first=batch_first)
+                         dim_feedforward=48, dropout=0.0, batch_first=batch_first,
+                         norm_first=norm_first)
     ref = randomize_(ref).eval()
     ours = encoder_decoder_from_torch(ref).eval()
+    assert ours.config.norm_first is norm_first
     assert len(ours.encoder.layers) == 2 and len(ours.decoder.layers) == 3
     src, tgt = torch.randn(2, 7, 32), torch.randn(2, 5, 32)
     pad = torch.zeros(2, 7, dtype=torch.bool)
@@ -123,11 +126,18 @@ def test_nn_transformer_without_final_norm_would_not_match():
     assert (got - expected).abs().max().item() > 1e-2
 
 
-def test_pre_norm_nn_transformer_is_rejected():
-    ref = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
-                         norm_first=True)
-    with pytest.raises(ValueError, match="post-norm"):
-        encoder_decoder_from_torch(ref)
+def test_pre_norm_and_post_norm_differ():
+    """The same weights through the two orders of sublayer and norm give other outputs, so
+    the pre-norm comparison above cannot pass by accident."""
+    ref = randomize_(nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1,
+                                    num_decoder_layers=1, dim_feedforward=32, dropout=0.0,
+                                    batch_first=True, norm_first=True)).eval()
+    pre = encoder_decoder_from_torch(ref).eval()
+    post = encoder_decoder_from_torch(ref).eval()
+    for layer in [*post.encoder.layers, *post.decoder.layers]:
+        layer.norm_first = False
+    src = torch.randn(1, 4, 16)
+    assert (pre.encoder(src) - post.encoder(src)).abs().max().item() > 1e-2
 
 
 def test_gelu_nn_transformer_is_rejected():

@@ -44,6 +44,22 @@ def test_layers_are_post_norm():
     assert torch.allclose(out.var(-1, unbiased=False), torch.ones(2, 6), atol=1e-3)
 
 
+def test_pre_norm_layers_keep_an_identity_path():
+    """Pre-norm: x + f(LN(x)); with every sublayer's output projection zeroed, a layer is the
+    identity, where a post-norm layer would still normalise its input."""
+    model = small_model(norm_first=True)
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.self_attn.o_proj.bias.zero_()
+            layer.feed_forward.w_2.weight.zero_()
+            layer.feed_forward.w_2.bias.zero_()
+    x = 3.0 * torch.randn(2, 5, 32) + 1.0  # (B, S, C), far from normalised
+    torch.testing.assert_close(model.encoder.layers[0](x), x)
+    post = small_model()
+    assert not torch.allclose(post.encoder.layers[0](x), x, atol=1e-1)
+
+
 def test_decoder_is_causal():
     model = small_model()
     src, tgt = torch.randint(0, 12, (2, 7)), torch.randint(0, 14, (2, 6))

@@ -105,7 +105,8 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
     to hidden states. Our ``model.encoder`` and ``model.decoder`` stacks do the same on
     batch-first inputs ``(B, T, C)``. To match it, the result
 
-    * is post-norm with ReLU (other ``nn.Transformer`` settings raise ``ValueError``);
+    * is post-norm or pre-norm as the module is (``norm_first``), with ReLU (another
+      activation raises ``ValueError``);
     * has ``final_norm=True``: ``nn.Transformer`` adds a LayerNorm after each stack;
     * uses the module's LayerNorm eps;
     * expects our mask convention (True = may attend): pass ``~mask`` for a boolean
@@ -116,8 +117,6 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
     """
     enc_layers, dec_layers = module.encoder.layers, module.decoder.layers
     first = enc_layers[0]
-    if first.norm_first:
-        raise ValueError("only post-norm (norm_first=False) nn.Transformer modules are supported")
     if not (first.activation is F.relu or isinstance(first.activation, nn.ReLU)):
         raise ValueError("only the ReLU activation is supported")
     attn = first.self_attn
@@ -126,7 +125,7 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
         src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=n_heads,
         n_layers=len(enc_layers), n_decoder_layers=len(dec_layers),
         d_ff=first.linear1.out_features, dropout=first.dropout.p, eps=first.norm1.eps,
-        final_norm=True,
+        final_norm=True, norm_first=first.norm_first,
     )
     model = EncoderDecoder(config)
     for ours, theirs in zip(model.encoder.layers, enc_layers):

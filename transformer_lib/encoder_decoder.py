@@ -3,7 +3,9 @@
 Reads top to bottom: layers -> stacks -> config -> model -> greedy decoding -> Noam schedule
 -> label smoothing. Names follow the paper (``d_model``, ``d_ff``, ``n_heads``).
 
-Every sublayer is wrapped as x <- LayerNorm(x + Dropout(Sublayer(x))) (post-norm).
+Every sublayer is wrapped as x <- LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper),
+or, with ``norm_first=True``, as x <- x + Dropout(Sublayer(LayerNorm(x))) (pre-norm, as
+``torch.nn.Transformer(norm_first=True)`` and today's models do).
 Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer``).
 """
 from __future__ import annotations
@@ -24,11 +26,21 @@ from transformer_lib.positional import sinusoidal_encoding
 from transformer_lib.validation import check_positive, check_token_ids
 
 
-class EncoderLayer(nn.Module):
-    """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x))."""
+def _sublayer(x: Tensor, norm: LayerNorm, dropout: nn.Dropout, sublayer: Callable[[Tensor], Tensor],
+              norm_first: bool) -> Tensor:
+    """One residual sublayer: post-norm LN(x + f(x)) or pre-norm x + f(LN(x)), dropout on f."""
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))
+    return norm(x + dropout(sublayer(x)))
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5):
+
+class EncoderLayer(nn.Module):
+    """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x)). Pre-norm: x = x + SelfAttn(LN(x)); ..."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5,
+                 norm_first: bool = False):
         super().__init__()
+        self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = LayerNorm(d_model, eps)
@@ -36,16 +48,20 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)))
-        x = self.norm2(x + self.dropout(self.feed_forward(x)))
+        x = _sublayer(x, self.norm1, self.dropout, lambda h: self.self_attn(h, mask=mask),
+                      self.norm_first)
+        x = _sublayer(x, self.norm2, self.dropout, self.feed_forward, self.norm_first)
         return x
 
 
 class DecoderLayer(nn.Module):
-    """x = LN(x + CausalSelfAttn(x)); x = LN(x + CrossAttn(x, memory)); x = LN(x + FFN(x))."""
+    """x = LN(x + CausalSelfAttn(x)); x = LN(x + CrossAttn(x, memory)); x = LN(x + FFN(x)).
+    Pre-norm: x = x + CausalSelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); ..."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5,
+                 norm_first: bool = False):
         super().__init__()
+        self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
@@ -56,9 +72,11 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
-        x = self.norm1(x + self.dropout(self.self_attn(x, mask=tgt_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, mask=memory_mask)))
-        x = self.norm3(x + self.dropout(self.feed_forward(x)))
+        x = _sublayer(x, self.norm1, self.dropout, lambda h: self.self_attn(h, mask=tgt_mask),
+                      self.norm_first)
+        x = _sublayer(x, self.norm2, self.dropout,
+                      lambda h: self.cross_attn(h, memory, mask=memory_mask), self.norm_first)
+        x = _sublayer(x, self.norm3, self.dropout, self.feed_forward, self.norm_first)
         return x
 
 
@@ -66,10 +84,10 @@ class EncoderStack(nn.Module):
     """A stack of encoder layers on embedded inputs ``(B, S, C)``; optional final LayerNorm."""
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5, final_norm: bool = False):
+                 eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
         super().__init__()
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps) for _ in range(n_layers)]
+            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first) for _ in range(n_layers)]
         )
         self.norm = LayerNorm(d_model, eps) if final_norm else None
 
@@ -84,10 +102,10 @@ class DecoderStack(nn.Module):
     """A stack of decoder layers on embedded inputs ``(B, T, C)``; optional final LayerNorm."""
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5, final_norm: bool = False):
+                 eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
         super().__init__()
         self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps) for _ in range(n_layers)]
+            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first) for _ in range(n_layers)]
         )
         self.norm = LayerNorm(d_model, eps) if final_norm else None
 
@@ -119,6 +137,7 @@ class EncoderDecoderConfig:
     max_len: int = 512  # longest source or target sequence (rows of the sinusoid table)
     eps: float = 1e-5  # LayerNorm epsilon
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer adds
+    norm_first: bool = False  # pre-norm sublayers x + f(LN(x)); False: the paper's post-norm
 
     def __post_init__(self):
         if self.n_decoder_layers is None:
@@ -142,7 +161,8 @@ class EncoderDecoder(nn.Module):
     """Token embeddings (scaled by √d_model) + sinusoidal positions -> encoder, decoder -> logits.
 
     ``config.final_norm=True`` adds a LayerNorm after each stack, as ``torch.nn.Transformer``
-    does; the paper's post-norm model has none (every layer already ends in a LayerNorm).
+    does; the paper's post-norm model has none (every layer already ends in a LayerNorm). A
+    pre-norm model (``config.norm_first=True``) needs it: its layers end in a residual sum.
     The last layer, ``lm_head``, maps the decoder's output to logits over the target
     vocabulary (the paper's "learned linear transformation" before the softmax).
     """
@@ -161,9 +181,9 @@ class EncoderDecoder(nn.Module):
                              persistent=False)  # (max_len, C)
         self.dropout = nn.Dropout(c.dropout)
         self.encoder = EncoderStack(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.eps,
-                                    c.final_norm)
+                                    c.final_norm, c.norm_first)
         self.decoder = DecoderStack(c.n_decoder_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
-                                    c.eps, c.final_norm)
+                                    c.eps, c.final_norm, c.norm_first)
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size)
         for p in self.parameters():
             if p.dim() > 1:
