@@ -26,6 +26,8 @@ from book_support import (
 
 ASSETS = ROOT / "_assets"
 ASSET_BUDGET = 6.5 * 2**20  # bytes: the vendored JavaScript, fonts and MathJax subset
+CHAPTER_PATHS = sorted((ROOT / "chapters").glob("*.ipynb"))
+MAX_CODE_LINE = 90  # characters: wider lines scroll sideways in the ~750 px content column
 
 
 # Sources ----------------------------------------------------------------------------------
@@ -92,6 +94,16 @@ def test_setup_cell_does_nothing_where_the_library_is_installed(monkeypatch):
     assert calls == []
 
 
+@pytest.mark.parametrize("path", CHAPTER_PATHS, ids=lambda p: p.name)
+def test_code_lines_fit_the_column(path: Path):
+    """Every line of every code cell, the setup cell included, is at most 90 characters."""
+    nb = nbformat.read(path, as_version=4)
+    long = [f"cell {i}, {len(line)} characters: {line.strip()[:60]!r}"
+            for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for line in cell.source.split("\n") if len(line) > MAX_CODE_LINE]
+    assert not long, f"{path.name}: lines over {MAX_CODE_LINE} characters:\n" + "\n".join(long)
+
+
 def test_execution_settings():
     execute = config()["execute"]
     assert execute["execute_notebooks"] == "force"
@@ -117,6 +129,52 @@ def test_vendored_assets_exist_and_stay_small():
 
 
 # The built book ---------------------------------------------------------------------------
+
+
+class _OutputImages(HTMLParser):
+    """The ``(src, alt)`` of every ``<img>`` inside a cell's output on a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.images: list[tuple[str, str | None]] = []
+        self._depth = 0  # open <div>s
+        self._output_depth = None  # the depth of the open cell output, if inside one
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "div":
+            self._depth += 1
+            if self._output_depth is None and "cell_output" in (attrs.get("class") or "").split():
+                self._output_depth = self._depth
+        elif tag == "img" and self._output_depth is not None:
+            self.images.append((attrs.get("src", ""), attrs.get("alt")))
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            if self._output_depth == self._depth:
+                self._output_depth = None
+            self._depth -= 1
+
+
+def missing_alt_text(page_html: str) -> list[str]:
+    """The output images of a page without alt text. Without ``mystnb.image.alt`` in the
+    cell's metadata, docutils writes the image's own path as its alt text: that counts as
+    missing."""
+    parser = _OutputImages()
+    parser.feed(page_html)
+    missing = []
+    for src, alt in parser.images:
+        alt = (alt or "").strip()
+        if not alt or alt == src or re.search(r"\.(png|jpe?g|svg|gif|webp)$", alt, re.I):
+            missing.append(src)
+    return missing
+
+
+def test_missing_alt_text_is_found_in_a_small_page():
+    page = ('<div class="cell_output docutils container"><img alt="../_images/a.png" '
+            'src="../_images/a.png" /><img src="b.png"><img alt="Loss falls from 4.2 to 0.3" '
+            'src="c.png" /></div><img src="logo.png">')
+    assert missing_alt_text(page) == ["../_images/a.png", "b.png"]
 
 
 class _Page(HTMLParser):
@@ -192,6 +250,14 @@ def test_notebook_page_has_launch_buttons(html, docname):
     expected = launch_urls(docname)
     assert expected["colab"] in page.links, f"no Colab link {expected['colab']}"
     assert expected["binder"] in page.links, f"no Binder link {expected['binder']}"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("docname", [d for d in notebook_docnames() if d.startswith("chapters/")])
+def test_every_output_image_has_alt_text(html, docname):
+    missing = missing_alt_text((html / f"{docname}.html").read_text(encoding="utf-8"))
+    assert not missing, (f"{docname}: images without alt text (set the cell's metadata "
+                         f'"mystnb": {{"image": {{"alt": "..."}}}}): {missing}')
 
 
 @pytest.mark.book

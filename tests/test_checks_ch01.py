@@ -3,148 +3,171 @@ in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
+import math
+
 import torch
-from check_solutions.ch01 import attention, causal_mask, softmax, softmax_jacobian
+import torch.nn.functional as F
+from check_solutions.ch01 import chunked_causal_attention, left_padded_causal_mask
 from conftest import mistake_tests
 
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch01_attention,
-    check_attention,
-    check_causal_mask,
-    check_masked_softmax,
-    check_softmax,
-    check_softmax_jacobian,
+    check_chunked_causal_attention,
+    check_left_padded_causal_mask,
+    check_score_scale,
 )
 
-
-def _naive_jacobian(x):
-    e = x.exp()
-    p = e / e.sum()
-    return torch.diag(p) - torch.outer(p, p)  # (n, n)
+# Plausible wrong masks for a left-padded batch ------------------------------------------------
 
 
-# Plausible wrong solutions of softmax and attention --------------------------------------------------------------------
+def _is_real(lengths, S, left=True):
+    positions = torch.arange(S)[None, :]  # (1, S)
+    return positions >= S - lengths[:, None] if left else positions < lengths[:, None]  # (B, S)
 
 
-def _scores(q, k, scale):
-    return q @ k.transpose(-2, -1) / scale  # (B, H, T, S)
+def mask_padded_on_the_right(lengths, T, S):
+    return _is_real(lengths, S, left=False)[:, None, None, :] & causal_mask(T, S)
 
 
-def _masked_softmax(scores, mask, fill=float("-inf")):
-    if mask is not None:
-        scores = scores.masked_fill(~mask, fill)
-    return torch.softmax(scores, dim=-1)
+def mask_without_offset(lengths, T, S):
+    return _is_real(lengths, S)[:, None, None, :] & torch.ones(T, S, dtype=torch.bool).tril()
 
 
-def attention_without_scale(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, 1.0), mask).nan_to_num()
-    return w @ v, w
+def mask_without_causal(lengths, T, S):
+    return _is_real(lengths, S)[:, None, None, :].expand(len(lengths), 1, T, S)
 
 
-def attention_scaled_by_d(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, q.shape[-1]), mask).nan_to_num()
-    return w @ v, w
+def mask_without_padding(lengths, T, S):
+    return causal_mask(T, S).expand(len(lengths), 1, T, S)
 
 
-def attention_masked_after_softmax(q, k, v, mask=None):
-    w = torch.softmax(_scores(q, k, q.shape[-1] ** 0.5), dim=-1)
-    if mask is not None:
-        w = w * mask
-    return w @ v, w
+def mask_without_head_axis(lengths, T, S):
+    return _is_real(lengths, S)[:, None, :] & causal_mask(T, S)  # (B, T, S)
 
 
-def attention_inverted_mask(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, q.shape[-1] ** 0.5), None if mask is None else ~mask)
-    return w @ v, w
+def mask_off_by_one(lengths, T, S):
+    real = torch.arange(S)[None, :] > S - lengths[:, None]  # drops the first real token
+    return real[:, None, None, :] & causal_mask(T, S)
 
 
-def attention_ignoring_mask(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, q.shape[-1] ** 0.5), None)
-    return w @ v, w
+def mask_padding_reads_itself(lengths, T, S):
+    queries = torch.arange(S - T, S)  # (T,)
+    padded = (queries[None, :] < S - lengths[:, None])[:, None, :, None]  # (B, 1, T, 1)
+    own = queries[:, None] == torch.arange(S)[None, :]  # (T, S)
+    return left_padded_causal_mask(lengths, T, S) | (padded & own)
 
 
-def attention_nan_without_visible_key(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, q.shape[-1] ** 0.5), mask)  # no fix for all-blocked rows
-    return w @ v, w
+def mask_for_every_position(lengths, T, S):
+    return left_padded_causal_mask(lengths, S, S)  # (B, 1, S, S): all positions ask
 
 
-def attention_finite_fill(q, k, v, mask=None):
-    w = _masked_softmax(_scores(q, k, q.shape[-1] ** 0.5), mask, fill=-1e9)
-    return w @ v, w
+# Plausible wrong chunked attention ----------------------------------------------------------
 
 
-def attention_unstable_softmax(q, k, v, mask=None):
-    s = _scores(q, k, q.shape[-1] ** 0.5)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    e = s.exp()
-    w = (e / e.sum(dim=-1, keepdim=True))
-    if mask is not None:
-        w = w.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return w @ v, w
+def attention_all_at_once(q, k, v, chunk):
+    return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[-2]))[0]
 
 
-def attention_reads_keys(q, k, v, mask=None):
-    out, w = attention(q, k, v, mask)
-    return w @ k, w
+def attention_fused_all_at_once(q, k, v, chunk):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _chunks(q, k, v, chunk, mask_of, keys_of):
+    T, pieces = q.shape[-2], []
+    for start in range(0, T, chunk):
+        end = min(start + chunk, T)
+        first = keys_of(start)
+        pieces.append(scaled_dot_product_attention(
+            q[..., start:end, :], k[..., first:end, :], v[..., first:end, :],
+            mask_of(start, end))[0])
+    return torch.cat(pieces, dim=-2)
+
+
+def chunks_without_mask(q, k, v, chunk):
+    return _chunks(q, k, v, chunk, lambda start, end: None, lambda start: 0)
+
+
+def chunks_reading_only_themselves(q, k, v, chunk):
+    return _chunks(q, k, v, chunk, lambda start, end: causal_mask(end - start),
+                   lambda start: start)
+
+
+def chunks_without_offset(q, k, v, chunk):
+    return _chunks(q, k, v, chunk,
+                   lambda start, end: torch.ones(end - start, end, dtype=torch.bool).tril(),
+                   lambda start: 0)
+
+
+def chunks_dropping_the_rest(q, k, v, chunk):
+    T = q.shape[-2]
+    pieces = [scaled_dot_product_attention(
+        q[..., s:s + chunk, :], k[..., :s + chunk, :], v[..., :s + chunk, :],
+        causal_mask(chunk, s + chunk))[0] for s in range(0, T - chunk + 1, chunk)]
+    return torch.cat(pieces, dim=-2)
+
+
+def chunks_returning_the_last(q, k, v, chunk):
+    T = q.shape[-2]
+    for start in range(0, T, chunk):
+        end = min(start + chunk, T)
+        out, _ = scaled_dot_product_attention(q[..., start:end, :], k[..., :end, :],
+                                              v[..., :end, :], causal_mask(end - start, end))
+    return out
+
+
+def chunks_without_scale(q, k, v, chunk):
+    return chunked_causal_attention(q * math.sqrt(q.shape[-1]), k, v, chunk)
 
 
 WRONG = [
     # (checker, wrong solution, fragments that the verdict must contain)
-    (check_causal_mask, lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(),
-     ["1 of 3 checks passed", "wrong values in the mask", "shift the diagonal by S - T"]),
-    (check_causal_mask, lambda T, S: torch.ones(T, S, dtype=torch.bool).triu(S - T),
-     ["upper-triangular"]),
-    (check_causal_mask, lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(S - T - 1),
-     ["off by one", "the diagonal belongs"]),
-    (check_causal_mask, lambda T, S: torch.ones(T, T, dtype=torch.bool).tril(),
-     ["wrong shape for the mask: expected (T, S) = (3, 7), got (3, 3)", "not (T, T)"]),
-    (check_causal_mask, lambda T, S: causal_mask(T, S).float(), ["should be boolean"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1),
-     ["masked positions receive weight", "0 is just another score"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s, -1) * m,
-     ["rows do not sum to 1", "zeroed after the softmax"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), -1),
-     ["3 of 4 checks passed", "NaN appeared in the weights", "mask.any(dim=-1, keepdim=True)"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1),
-     ["3 of 4 checks passed", "uniform average"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), -1),
-     ["the mask inverted"]),
-    (check_masked_softmax, lambda s, m: torch.softmax(s, -1),
-     ["masked positions receive weight", "a softmax without the mask"]),
-    (check_softmax_jacobian, lambda x: torch.diag(torch.softmax(x, 0)),
-     ["wrong values in the Jacobian", "subtract p pᵀ"]),
-    (check_softmax_jacobian, lambda x: -softmax_jacobian(x), ["the sign is flipped"]),
-    (check_softmax_jacobian, _naive_jacobian,
-     ["large scores: x + 1000: NaN appeared", "subtracts the maximum"]),
-    (check_softmax, lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
-     ["large scores: x + 1000: NaN appeared", "subtract the maximum", "underflows to 0"]),
-    (check_softmax, lambda x, dim=-1: softmax(x, -1),
-     ["do not sum to 1", "normalise along the `dim` argument (here 0)"]),
-    (check_softmax, lambda x, dim=-1: torch.softmax(x.flatten(), 0).view_as(x),
-     ["normalised over the whole tensor"]),
-    (check_softmax, lambda x, dim=-1: (x.exp() / x.exp().sum(dim=dim)),
-     ["raised RuntimeError", "keepdim=True"]),
-    (check_softmax, lambda x, dim=-1: softmax(x.sub_(x.amax(dim=dim, keepdim=True)), dim),
-     ["changed its input `x` in place"]),
-    (check_attention, attention_without_scale,
-     ["wrong values in the weights", "not scaled: divide q·kᵀ by √D (√8 = 2.83)"]),
-    (check_attention, attention_scaled_by_d, ["scores divided by D = 8"]),
-    (check_attention, attention_masked_after_softmax,
-     ["rows do not sum to 1", "zeroed after the softmax", "fill the blocked scores with -inf"]),
-    (check_attention, attention_inverted_mask, ["NaN appeared", "the mask inverted"]),
-    (check_attention, attention_ignoring_mask,
-     ["masked positions receive weight", "a softmax without the mask"]),
-    (check_attention, attention_nan_without_visible_key,
-     ["4 of 5 checks passed", "NaN appeared in the weights at batch 0, head 0, query 1",
-      "may attend to no key"]),
-    (check_attention, attention_finite_fill,
-     ["4 of 5 checks passed", "masked positions receive weight", "uniform average"]),
-    (check_attention, attention_unstable_softmax,
-     ["large scores (q and k times 8): NaN appeared", "exp overflows"]),
-    (check_attention, attention_reads_keys, ["wrong values in the output", "not weights @ k"]),
-    (check_attention, lambda q, k, v, mask=None: attention(q, k, v, mask)[0],
-     ["return the pair (out, weights)"]),
+    (check_score_scale, lambda d_k, sigma: math.sqrt(d_k),
+     ["1 of 4 checks passed", "expected 32, got 8", "σ is missing"]),
+    (check_score_scale, lambda d_k, sigma: sigma * math.sqrt(d_k),
+     ["one factor σ is missing", "σ² · σ² = σ⁴"]),
+    (check_score_scale, lambda d_k, sigma: d_k * sigma**4, ["the variance of q · k"]),
+    (check_score_scale, lambda d_k, sigma: d_k * sigma**2, ["d_k enters as √d_k"]),
+    (check_score_scale, lambda d_k, sigma: math.sqrt(d_k) / sigma**2, ["σ² belongs"]),
+    (check_score_scale, lambda d_k, sigma: f"{sigma**2 * math.sqrt(d_k)}",
+     ["the scale should be a number, got a value of type str"]),
+    (check_left_padded_causal_mask, mask_padded_on_the_right,
+     ["1 of 4 checks passed", "wrong values in the mask at sequence 1", "pads on the right"]),
+    (check_left_padded_causal_mask, mask_without_offset,
+     ["1 of 4 checks passed", "shift the diagonal of the causal part by S - T"]),
+    (check_left_padded_causal_mask, mask_without_causal,
+     ["combine the padding with the causal mask"]),
+    (check_left_padded_causal_mask, mask_without_padding,
+     ["1 of 4 checks passed", "padding keys are visible"]),
+    (check_left_padded_causal_mask, mask_without_head_axis,
+     ["wrong shape for the mask: expected (B, 1, T, S) = (3, 1, 4, 4), got (3, 4, 4)",
+      "pair sequence b with head b"]),
+    (check_left_padded_causal_mask,
+     lambda lengths, T, S: mask_without_causal(lengths, T, S)[..., :1, :],
+     ["got (2, 1, 1, 5)", "key padding alone"]),
+    (check_left_padded_causal_mask, mask_for_every_position,
+     ["got (2, 1, 5, 5)", "only the last T positions ask"]),
+    (check_left_padded_causal_mask, mask_off_by_one, ["off by one: the first real token"]),
+    (check_left_padded_causal_mask, mask_padding_reads_itself,
+     ["padded queries may read their own padding"]),
+    (check_left_padded_causal_mask,
+     lambda lengths, T, S: ~left_padded_causal_mask(lengths, T, S), ["this mask is inverted"]),
+    (check_left_padded_causal_mask,
+     lambda lengths, T, S: left_padded_causal_mask(lengths, T, S).int(), ["should be boolean"]),
+    (check_chunked_causal_attention, attention_all_at_once,
+     ["5 of 6 checks passed", "shape (2, 3, 12, 12) was created", "one chunk of queries"]),
+    (check_chunked_causal_attention, attention_fused_all_at_once,
+     ["5 of 6 checks passed", "F.scaled_dot_product_attention ran on 12 queries at once"]),
+    (check_chunked_causal_attention, chunks_without_mask,
+     ["wrong values in the output", "later positions of their own chunk"]),
+    (check_chunked_causal_attention, chunks_reading_only_themselves,
+     ["each chunk reads only its own keys: a query reads every earlier position"]),
+    (check_chunked_causal_attention, chunks_without_offset,
+     ["ignores where the chunk starts"]),
+    (check_chunked_causal_attention, chunks_dropping_the_rest,
+     ["expected (..., T, Dv) = (10, 8), got (8, 8)", "T = 10 is not a multiple of chunk = 4"]),
+    (check_chunked_causal_attention, chunks_returning_the_last, ["only one chunk came back"]),
+    (check_chunked_causal_attention, chunks_without_scale, ["not divided by √D (√8 = 2.83)"]),
 ]
 
 

@@ -1,12 +1,15 @@
 """The harness the checkers share (``transformer_lib/checks/_harness.py``) and the references
 and mask mistakes of ``_reference.py``: helpers named when unfinished, each hint once, a fault
-in a checker reported, the result shown once in a notebook, one wording per mask mistake."""
+in a checker reported, the result shown once in a notebook, numbers compared with their
+known mistakes, one wording per mask mistake."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
-from check_solutions.ch01 import attention, softmax
-from check_solutions.ch03 import split_heads
+from check_solutions.ch01 import chunked_causal_attention, score_scale
+from check_solutions.ch03 import split_qkv
 from conftest import randomize_, run_check
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
@@ -14,42 +17,43 @@ from transformer_lib.checks import (
     _harness,
     _reference,
     ch01_attention,
-    check_attention,
-    check_masked_softmax,
-    check_softmax,
-    check_split_heads,
+    check_chunked_causal_attention,
+    check_score_scale,
+    check_split_qkv,
 )
 
 
 def test_unfinished_helper_is_named(capsys):
-    def unfinished_softmax(x, dim=-1):
+    def unfinished_attention(q, k, v, mask=None):
         raise NotImplementedError()
 
-    def attention_using_it(q, k, v, mask=None):
-        w = unfinished_softmax(q @ k.transpose(-2, -1))
-        return w @ v, w
+    def chunks_using_it(q, k, v, chunk):
+        return unfinished_attention(q, k, v)
 
-    result, printed = run_check(check_attention, attention_using_it, capsys)
+    result, printed = run_check(check_chunked_causal_attention, chunks_using_it, capsys)
     assert not result.attempted
-    assert "calls `unfinished_softmax`, which still raises NotImplementedError" in printed
+    assert "calls `unfinished_attention`, which still raises NotImplementedError" in printed
 
 
 def test_a_stub_in_the_error_path_is_not_attempted_yet(capsys):
     """The size check that must raise a ValueError follows the same rule as the values."""
-    def split_heads_without_check(x, n_heads):
-        if x.shape[-1] % n_heads:
+    def split_qkv_without_check(qkv, n_heads):
+        if qkv.shape[-1] % (3 * n_heads):
             raise NotImplementedError()
-        return split_heads(x, n_heads)
+        return split_qkv(qkv, n_heads)
 
-    result, printed = run_check(check_split_heads, split_heads_without_check, capsys)
+    result, printed = run_check(check_split_qkv, split_qkv_without_check, capsys)
     assert not result and not result.attempted
-    assert "`split_heads_without_check` still raises NotImplementedError" in printed
+    assert "`split_qkv_without_check` still raises NotImplementedError" in printed
     assert len(printed.strip().splitlines()) == 1
 
 
 def test_each_hint_is_printed_once(capsys):
-    result, printed = run_check(check_softmax, lambda x, dim=-1: softmax(x.sub_(0.5), dim), capsys)
-    assert printed.count("changed its input `x` in place") == 6
+    def chunks_changing_q(q, k, v, chunk):
+        return chunked_causal_attention(q.mul_(1.5), k, v, chunk)
+
+    result, printed = run_check(check_chunked_causal_attention, chunks_changing_q, capsys)
+    assert printed.count("changed its input `q` in place") == 6
     assert printed.count("Hint: work on new tensors") == 1
 
 
@@ -58,7 +62,7 @@ def test_a_fault_inside_the_checker_is_reported_not_raised(capsys, monkeypatch):
         raise RuntimeError("reference failed")
 
     monkeypatch.setattr(ch01_attention, "scaled_dot_product_attention", broken_reference)
-    result, printed = run_check(check_attention, attention, capsys)
+    result, printed = run_check(check_chunked_causal_attention, chunked_causal_attention, capsys)
     assert not result
     assert "could not be checked (RuntimeError: reference failed)" in printed
 
@@ -67,18 +71,44 @@ def test_result_in_a_notebook_is_shown_once(capsys, monkeypatch):
     """In the cell that ran the checker the verdict is printed once; displayed in a later
     cell, the result prints it again."""
     monkeypatch.setattr(_harness, "_cell_number", lambda: 5)
-    result, printed = run_check(check_softmax, softmax, capsys)
+    result, printed = run_check(check_score_scale, score_scale, capsys)
     result._ipython_display_()
     assert capsys.readouterr().out == ""
     monkeypatch.setattr(_harness, "_cell_number", lambda: 6)
     result._ipython_display_()
     assert capsys.readouterr().out.strip() == result.report
-    assert str(result) == result.report and repr(result) == "CheckResult(softmax: passed)"
+    assert str(result) == result.report and repr(result) == "CheckResult(score_scale: passed)"
+
+
+# Numbers ----------------------------------------------------------------------------------
+
+
+def _failure(fn, *args, **kwargs) -> _harness._Failure:
+    with pytest.raises(_harness._Failure) as caught:
+        fn(*args, **kwargs)
+    return caught.value
+
+
+def test_a_number_is_compared_with_its_known_mistakes():
+    mistakes = [(8.0, "forgot sigma"), (16.0, "one sigma")]
+    _harness._compare_number(32.0 * (1 + 1e-8), 32.0, "the scale", mistakes=mistakes)
+    _harness._compare_number(torch.tensor(32.0), 32.0, "the scale")  # a one-element tensor
+    wrong = _failure(_harness._compare_number, 16, 32.0, "the scale", mistakes=mistakes)
+    assert wrong.message == "wrong value for the scale: expected 32, got 16"
+    assert wrong.hint == "one sigma"
+    assert _failure(_harness._compare_number, 5.0, 32.0, "the scale").hint is None
+    assert "NaN appeared in the scale" in _failure(
+        _harness._compare_number, math.nan, 32.0, "the scale").message
+    for odd, described in [(True, "type bool"), (None, "None"), ("32", "type str"),
+                           (torch.ones(2), "a tensor of shape (2,)")]:
+        failure = _failure(_harness._compare_number, odd, 32.0, "the scale")
+        assert failure.message.startswith("the scale should be a number, got")
+        assert described in failure.message
 
 
 @torch.no_grad()
 def test_reference_heads_follow_multi_head_attention():
-    """The layout that check_split_heads, check_merge_heads and check_multi_head expect is the
+    """The head layout the checkers expect (``_split_heads``, used by check_split_qkv) is the
     one MultiHeadAttention uses: with identity projections, the layer is
     merge(sdpa(split(x)))."""
     B, T, C, H = 2, 5, 12, 3
@@ -89,43 +119,8 @@ def test_reference_heads_follow_multi_head_attention():
     x = torch.randn(B, T, C)
     heads = _reference._split_heads(x, H)  # (B, H, T, D)
     out, _ = scaled_dot_product_attention(heads, heads, heads)
-    torch.testing.assert_close(mha(x), _reference._merge_heads(out), atol=1e-6, rtol=1e-6)
-    assert torch.equal(_reference._merge_heads(heads), x)
+    merged = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
+    torch.testing.assert_close(mha(x), merged, atol=1e-6, rtol=1e-6)
+    assert torch.equal(heads.transpose(1, 2).reshape(B, T, C), x)
 
 
-# One wording per mask mistake ----------------------------------------------------------------
-
-MASK_MISTAKES = {
-    "applied after the softmax": lambda s, m: torch.softmax(s, -1) * m,
-    "inverted": lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), -1),
-    "blocked scores set to 0": lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1),
-    "ignored": lambda s, m: torch.softmax(s, -1),
-    "empty row uniform": lambda s, m: torch.softmax(
-        s.masked_fill(~m, torch.finfo(s.dtype).min), -1),
-}
-
-
-def _hints(report: str) -> set[str]:
-    return {line.strip().removeprefix("Hint: ") for line in report.splitlines()
-            if line.strip().startswith("Hint: ")}
-
-
-@pytest.mark.parametrize("mistake", MASK_MISTAKES, ids=list(MASK_MISTAKES))
-def test_a_mask_mistake_gets_the_same_hint_in_both_checkers(mistake, capsys):
-    """check_attention and check_masked_softmax name each mask mistake with the one hint
-    that _mask_mistakes gives it."""
-    masked_softmax = MASK_MISTAKES[mistake]
-
-    def attention_with_it(q, k, v, mask=None):
-        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, T, S)
-        w = torch.softmax(scores, -1) if mask is None else masked_softmax(scores, mask)
-        return w @ v, w
-
-    scores = torch.randn(2, 3)  # (T, S), its second row with no visible key
-    mask = torch.tensor([[True, False, True], [False, False, False]])
-    all_mask_hints = {hint for _, hint in _reference._mask_mistakes(scores, mask)}
-    assert len(all_mask_hints) == len(MASK_MISTAKES)
-    in_softmax = _hints(run_check(check_masked_softmax, masked_softmax, capsys)[0].report)
-    in_attention = _hints(run_check(check_attention, attention_with_it, capsys)[0].report)
-    assert len(in_softmax & all_mask_hints) == 1
-    assert in_softmax & all_mask_hints == in_attention & all_mask_hints

@@ -1,16 +1,21 @@
 """Exercises and their student copies (``make student``, ``tools/make_student.py``).
 
 The chapters hold the exercises with their solutions; ``exercises/`` holds the committed
-student copies. These tests check that the copies are current, that no solution line reaches
-them, that they run to the end reporting every exercise as not attempted yet, that the
-generator refuses unbalanced markers, and that the book numbers the exercises and folds the
-solutions.
+student copies. These tests check that the copies are current; that no line of a solution
+or of a self-check answer reaches them; that every exercise follows the four-cell pattern
+(task, hidden reference, hidden check, folded solution whose code is kept equal to the
+reference); that the copies run to the end reporting every exercise as not attempted yet;
+that the generator refuses what it cannot strip cleanly; and that the book numbers the
+exercises, shows the reference code only in the folded solutions and no checker verdict.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
+import io
 import re
-from collections import Counter
+import tokenize
+from html.parser import HTMLParser
 
 import nbformat
 import pytest
@@ -22,33 +27,274 @@ CHAPTERS = ROOT / "chapters"
 EXERCISES = ROOT / "exercises"
 CHAPTER_PATHS = sorted(CHAPTERS.glob("*.ipynb"))
 EXERCISE_CHAPTERS = [p for p in CHAPTER_PATHS
-                     if make_student.BEGIN in p.read_text(encoding="utf-8")]
+                     if "{exercise}" in p.read_text(encoding="utf-8")]
+
+LEAK_MIN = 25  # a solution or answer line this long (stripped) must not reach a student copy
+DIFFICULTIES = ("Warm-up:", "Core:", "Challenge:")
+HIDDEN = "remove-cell"  # the tag of an exercise's reference cell and of its check cell
+_MARKERS = (make_student.BEGIN, make_student.END)
+_FENCE_OR_OPTION = re.compile(r"^(`{3,}|~{3,}|:{3,}).*$|^:[\w-]+:")
+_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{([\w-]+)\}\s*(.*)$")
+_CHECK_LINE = re.compile(r"^assert check_\w+\(\w+\)$")
 
 
 def _ids(paths):
     return [p.name for p in paths]
 
 
-def _solution_lines(nb) -> tuple[list[str], Counter]:
-    """The lines inside solution regions and solution cells, and a count of every other
-    line of the notebook (code and Markdown), all stripped."""
-    hidden, shown = [], Counter()
+def _read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+# What counts as a solution ----------------------------------------------------------------
+
+
+def _is_solution_cell(cell) -> bool:
+    """A Markdown cell that opens with a ``{solution}`` directive."""
+    if cell.cell_type != "markdown" or not cell.source.strip():
+        return False
+    opening = _DIRECTIVE.match(cell.source.strip().split("\n")[0])
+    return bool(opening) and opening.group(2) == "solution"
+
+
+def _code_without_comment(line: str) -> str:
+    """``line`` without its trailing ``#`` comment (the line itself if it does not tokenize)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return line.strip()
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            return line.strip()[: token.start[1]].rstrip()
+    return line.strip()
+
+
+def _region_lines(source: str) -> tuple[list[str], list[str]]:
+    """The lines of a code cell inside its solution regions, and those outside (the stub)."""
+    inside, outside, is_in = [], [], False
+    for line in source.split("\n"):
+        if line.strip() in _MARKERS:
+            is_in = line.strip() == make_student.BEGIN
+        elif is_in:
+            inside.append(line)
+        else:
+            outside.append(line)
+    return inside, outside
+
+
+def _python_blocks(markdown: str) -> list[list[str]]:
+    """The fenced ``python`` blocks of a Markdown text, each as its list of lines."""
+    blocks, current, fence = [], None, None
+    for line in markdown.split("\n"):
+        if current is None:
+            opening = re.match(r"^(`{3,})\s*(python|py|python3)\s*$", line.strip())
+            if opening:
+                current, fence = [], opening.group(1)
+        elif line.strip() == fence:
+            blocks.append(current)
+            current = None
+        else:
+            current.append(line)
+    return blocks
+
+
+def secret_lines(nb) -> dict[str, set[str]]:
+    """What a student copy of ``nb`` must not contain, stripped, ``LEAK_MIN`` characters or
+    more, fence and option lines left out: ``"code"``, the lines inside the solution regions
+    (each also without its comment); ``"prose"``, every line of the ``{solution}`` cells (code
+    and text) except the lines of the stubs that the copy keeps, and every line of the cells
+    tagged ``answer``."""
+    stub_lines = set()
+    code, prose = set(), set()
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and "{solution}" in cell.source:
-            hidden += [line.strip() for line in cell.source.splitlines()]
+        if cell.cell_type == "code" and make_student.BEGIN in cell.source:
+            inside, outside = _region_lines(cell.source)
+            stub_lines |= {line.strip() for line in outside}
+            for line in inside:
+                code |= {line.strip(), _code_without_comment(line)}
+    for cell in nb.cells:
+        if _is_solution_cell(cell) or "answer" in _tags(cell):
+            prose |= {line.strip() for line in cell.source.split("\n")
+                      if line.strip() not in stub_lines}
+
+    def keep(lines):
+        return {line for line in lines
+                if len(line) >= LEAK_MIN and not _FENCE_OR_OPTION.match(line)}
+
+    return {"code": keep(code), "prose": keep(prose)}
+
+
+def leaks(source_nb, student_nb) -> list[str]:
+    """Each line of ``student_nb`` that contains a secret line of ``source_nb``, with it."""
+    secrets = secret_lines(source_nb)
+    every = secrets["code"] | secrets["prose"]
+    found = []
+    for index, cell in enumerate(student_nb.cells):
+        for line in cell.source.split("\n"):
+            hits = [secret for secret in every if secret in line]
+            if hits:
+                found.append(f"cell {index}: {line.strip()!r} holds {hits[0]!r}")
+    return found
+
+
+def docstring_leaks(source_nb, student_nb) -> list[str]:
+    """Docstrings of the stubs in ``student_nb`` that hold a line of a solution: one of
+    ``LEAK_MIN`` characters or more, or the code of a line of a solution region (12
+    characters or more once spaces are taken out)."""
+    secrets = secret_lines(source_nb)
+    code = set()
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            for line in _region_lines(cell.source)[0]:
+                squeezed = re.sub(r"\s+", "", _code_without_comment(line))
+                if len(squeezed) >= 12:
+                    code.add(squeezed)
+    found = []
+    for index, cell in enumerate(student_nb.cells):
+        if cell.cell_type != "code" or make_student.STUB[0] not in cell.source:
             continue
-        if "instructor" in cell.metadata.get("tags", []):
+        for node in ast.walk(ast.parse(cell.source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            doc = ast.get_docstring(node) or ""
+            squeezed = re.sub(r"\s+", "", doc)
+            hits = [s for s in secrets["code"] | secrets["prose"] if s in doc]
+            hits += [s for s in code if s in squeezed]
+            if hits:
+                found.append(f"cell {index}, docstring of {node.name}: holds {hits[0]!r}")
+    return found
+
+
+# The pattern of an exercise ---------------------------------------------------------------
+
+
+def _directive(cell):
+    """``(fence, name, argument, options, body)`` of a Markdown cell that is exactly one
+    directive, else None."""
+    if cell.cell_type != "markdown":
+        return None
+    lines = cell.source.strip().split("\n")
+    opening = _DIRECTIVE.match(lines[0]) if lines else None
+    if not opening or len(lines) < 2 or lines[-1].strip() != opening.group(1):
+        return None
+    options, body = {}, lines[1:-1]
+    while body and re.match(r"^:[\w-]+:", body[0]):
+        key, _, value = body.pop(0)[1:].partition(":")
+        options[key] = value.strip()
+    return opening.group(1), opening.group(2), opening.group(3).strip(), options, body
+
+
+def exercise_problems(nb, name: str = "<notebook>") -> list[str]:
+    """What in ``nb`` breaks the four-cell pattern of an exercise (an empty list if nothing):
+    the ``{exercise}`` cell, titled by difficulty; its reference cell with the markers and
+    its check cell, both tagged ``remove-cell``; its ``{solution}`` cell, folded, whose
+    ``python`` block is the reference cell without its two marker lines."""
+    problems = []
+    placed = set()  # indexes of the cells that belong to an exercise
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or "{exercise}" not in cell.source:
             continue
-        inside = False
-        for line in cell.source.splitlines():
-            marker = line.strip()
-            if marker in (make_student.BEGIN, make_student.END):
-                inside = marker == make_student.BEGIN
-            elif inside:
-                hidden.append(marker)
-            else:
-                shown[marker] += 1
-    return [line for line in hidden if line and not re.fullmatch(r"[`:]+", line)], shown
+        where = f"{name}, exercise in cell {i}"
+        parsed = _directive(cell)
+        if parsed is None or parsed[1] != "exercise":
+            problems.append(f"{where}: the cell is not exactly one {{exercise}} directive")
+            continue
+        _, _, title, options, _ = parsed
+        label = options.get("label")
+        if not title.startswith(DIFFICULTIES):
+            problems.append(f"{where}: the title {title!r} does not start with one of "
+                            f"{', '.join(DIFFICULTIES)}")
+        if not label:
+            problems.append(f"{where}: no :label:")
+        if i + 3 >= len(cells):
+            problems.append(f"{where}: fewer than three cells follow it")
+            continue
+        reference, check, solution = cells[i + 1], cells[i + 2], cells[i + 3]
+        placed |= {i + 1, i + 2, i + 3}
+        if reference.cell_type != "code" or make_student.BEGIN not in reference.source:
+            problems.append(f"{where}: the next cell is not the code cell with the markers")
+        elif HIDDEN not in _tags(reference):
+            problems.append(f"{where}: the reference cell is not tagged {HIDDEN!r}")
+        check_lines = [line.strip() for line in check.source.split("\n") if line.strip()]
+        if (check.cell_type != "code" or not check_lines
+                or not all(_CHECK_LINE.match(line) for line in check_lines)):
+            problems.append(f"{where}: the second cell after it is not "
+                            "`assert check_<name>(<name>)`")
+        elif HIDDEN not in _tags(check):
+            problems.append(f"{where}: the check cell is not tagged {HIDDEN!r}")
+        parsed = _directive(solution)
+        if parsed is None or parsed[1] != "solution" or parsed[2] != label:
+            problems.append(f"{where}: the third cell after it is not the "
+                            f"{{solution}} {label} directive")
+            continue
+        fence, _, _, options, body = parsed
+        if "dropdown" not in options.get("class", "").split():
+            problems.append(f"{where}: the solution has no `:class: dropdown`")
+        blocks = _python_blocks("\n".join(body))
+        if not blocks:
+            problems.append(f"{where}: the solution holds no ```python block")
+        elif reference.cell_type == "code":
+            if len(fence) <= 3 and fence.startswith("`"):
+                problems.append(f"{where}: the solution's fence must be longer than the "
+                                "inner ``` of its python block (````{solution} ...)")
+            shown = [line.rstrip() for line in blocks[0]]
+            expected = [line.rstrip() for line in reference.source.strip("\n").split("\n")
+                        if line.strip() not in _MARKERS]
+            while shown and not shown[-1]:
+                shown.pop()
+            if shown != expected:
+                first = next((n for n, (a, b) in enumerate(zip(shown, expected)) if a != b),
+                             min(len(shown), len(expected)))
+                problems.append(f"{where}: the solution's code differs from the reference "
+                                f"cell without its markers, from line {first + 1}")
+    for i, cell in enumerate(cells):
+        if i in placed:
+            continue
+        if cell.cell_type == "code" and make_student.BEGIN in cell.source:
+            problems.append(f"{name}, cell {i}: a solution region outside an exercise")
+        if cell.cell_type == "code" and re.search(r"^\s*assert check_", cell.source, re.M):
+            problems.append(f"{name}, cell {i}: a check outside an exercise")
+        if _is_solution_cell(cell):
+            problems.append(f"{name}, cell {i}: a {{solution}} not right after its exercise")
+    return problems
+
+
+def answer_problems(nb, name: str = "<notebook>") -> list[str]:
+    """Dropdowns outside the cells tagged ``answer``, and ``answer`` cells that are not one
+    folded ``{admonition}``: an answer that is not tagged would reach the student copy."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        tagged = "answer" in _tags(cell)
+        if tagged:
+            parsed = _directive(cell)
+            if (parsed is None or parsed[1] != "admonition"
+                    or "dropdown" not in parsed[3].get("class", "").split()):
+                problems.append(f"{name}, cell {i}: an `answer` cell must be one "
+                                "{admonition} directive with `:class: dropdown`")
+            continue
+        if cell.cell_type != "markdown" or _is_solution_cell(cell):
+            continue
+        lines = cell.source.split("\n")
+        for n, line in enumerate(lines):
+            opening = _DIRECTIVE.match(line.strip())
+            if not opening or opening.group(2) in ("exercise", "solution"):
+                continue
+            options = []
+            for following in lines[n + 1:]:
+                if not re.match(r"^:[\w-]+:", following.strip()):
+                    break
+                options.append(following.strip())
+            folded = opening.group(2) in ("dropdown", "toggle") or any(
+                o.startswith(":class:") and "dropdown" in o.split() for o in options)
+            if folded or opening.group(2) == "admonition":
+                problems.append(f"{name}, cell {i}: a {{{opening.group(2)}}} in a cell not "
+                                "tagged `answer`")
+    return problems
 
 
 # The copies in exercises/ -------------------------------------------------------------------
@@ -85,27 +331,29 @@ def test_copies_without_a_chapter_are_removed(tmp_path):
 
 
 @pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
-def test_no_solution_line_reaches_the_student_copy(chapter):
-    source = nbformat.read(chapter, as_version=4)
-    student = nbformat.read(EXERCISES / chapter.name, as_version=4)
-    hidden, shown_in_source = _solution_lines(source)
-    in_student = Counter(line.strip() for cell in student.cells
-                         for line in cell.source.splitlines())
-    # A solution line may appear in the copy only as often as it appears outside the solutions.
-    leaked = [line for line in set(hidden) if in_student[line] > shown_in_source[line]]
-    assert not leaked, f"solution lines in exercises/{chapter.name}: {leaked}"
+def test_no_solution_or_answer_line_reaches_the_student_copy(chapter):
+    found = leaks(_read(chapter), _read(EXERCISES / chapter.name))
+    assert not found, (f"exercises/{chapter.name} gives answers away (write the exercise so "
+                       "that its solution is not a cell of the chapter):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
+def test_no_stub_docstring_states_the_solution(chapter):
+    found = docstring_leaks(_read(chapter), _read(EXERCISES / chapter.name))
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
 def test_student_copy_has_stubs_and_plain_checks(chapter):
-    source = nbformat.read(chapter, as_version=4)
-    student = nbformat.read(EXERCISES / chapter.name, as_version=4)
+    source = _read(chapter)
+    student = _read(EXERCISES / chapter.name)
     text = "\n".join(cell.source for cell in student.cells)
     source_text = "\n".join(cell.source for cell in source.cells)
 
-    for forbidden in (make_student.BEGIN, make_student.END, "{solution}", "assert check_"):
+    for forbidden in (make_student.BEGIN, make_student.END, "{solution}", "{admonition}",
+                      "assert check_"):
         assert forbidden not in text
-    assert not any("instructor" in c.metadata.get("tags", []) for c in student.cells)
+    assert not any({"instructor", "answer"} & set(_tags(c)) for c in student.cells)
     assert all(c.outputs == [] and c.execution_count is None
                for c in student.cells if c.cell_type == "code")
     # One stub per region, indented like its markers.
@@ -116,6 +364,10 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
     assert (re.findall(r"^\s*check_\w+\(.*\)$", text, re.M)
             == [line.replace("assert ", "", 1)
                 for line in re.findall(r"^\s*assert check_\w+\(.*\)$", source_text, re.M)])
+    # The stubs and the checks are shown: no tag hides them.
+    for cell in student.cells:
+        if make_student.STUB[0] in cell.source or re.search(r"^check_\w+\(", cell.source, re.M):
+            assert not set(_tags(cell)) & set(make_student.HIDING_TAGS), cell.source[:80]
     # The rest is kept: the title, the setup cell, and every exercise, numbered in order.
     assert student.cells[0].source == source.cells[0].source
     assert student.cells[1].source == source.cells[1].source
@@ -131,7 +383,7 @@ def test_student_copy_runs_and_reports_not_attempted(chapter):
     (nbval does not collect exercises/: see test_student_copies_are_run_once)."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(EXERCISES / chapter.name, as_version=4)
+    nb = _read(EXERCISES / chapter.name)
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(EXERCISES)}}).execute()
     for cell in nb.cells:
@@ -146,24 +398,29 @@ def test_student_copy_runs_and_reports_not_attempted(chapter):
                 "the verdict is shown once, not again as the cell's result"
 
 
-# The chapters' exercises --------------------------------------------------------------------
+# The chapters' exercises and answers -------------------------------------------------------
 
 
 @pytest.mark.parametrize("chapter", EXERCISE_CHAPTERS, ids=_ids(EXERCISE_CHAPTERS))
-def test_every_exercise_has_code_a_check_and_a_folded_solution(chapter):
-    nb = nbformat.read(chapter, as_version=4)
-    text = "\n".join(cell.source for cell in nb.cells)
-    labels = re.findall(r"\{exercise\}.*\n:label: (\S+)", text)
-    assert labels and len(labels) == len(set(labels))
-    solutions = dict(re.findall(r"\{solution\} (\S+)\n:class: (.+)", text))
-    for label in labels:
-        assert label in solutions, f"exercise {label} has no solution directive"
-        assert "dropdown" in solutions[label].split(), f"the solution of {label} is not folded"
-    assert text.count(make_student.BEGIN) >= len(labels)
-    assert len(re.findall(r"^assert check_\w+\(\w+\)$", text, re.M)) >= len(labels)
+def test_every_exercise_follows_the_four_cell_pattern(chapter):
+    problems = exercise_problems(_read(chapter), chapter.name)
+    assert not problems, "\n".join(problems)
 
 
-# The generator refuses what it cannot strip cleanly ------------------------------------------
+def test_exercise_labels_are_unique_in_the_book():
+    labels = [label for path in CHAPTER_PATHS
+              for label in re.findall(r"\{exercise\}.*\n:label: (\S+)",
+                                      "\n".join(c.source for c in _read(path).cells))]
+    assert len(labels) == len(set(labels)), sorted(labels)
+
+
+@pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
+def test_every_folded_answer_sits_in_an_answer_cell(chapter):
+    problems = answer_problems(_read(chapter), chapter.name)
+    assert not problems, "\n".join(problems)
+
+
+# The tests above, on small notebooks -------------------------------------------------------
 
 
 def _notebook(*cells) -> nbformat.NotebookNode:
@@ -172,6 +429,80 @@ def _notebook(*cells) -> nbformat.NotebookNode:
                                  "language": "python"}
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"), *cells]
     return nb
+
+
+_REFERENCE = ('def double(x):\n    """x times two, same shape."""\n    ### BEGIN SOLUTION\n'
+              '    doubled = torch.add(x, x, alpha=1)  # adding is enough, no multiply\n'
+              '    return doubled\n    ### END SOLUTION')
+
+
+def _exercise(title="Warm-up: double it", tags=(HIDDEN,), check_tags=(HIDDEN,),
+              fold=None, solution_class="dropdown"):
+    shown = "\n".join(line for line in _REFERENCE.split("\n") if line.strip() not in _MARKERS)
+    fold = shown if fold is None else fold
+    return [
+        nbformat.v4.new_markdown_cell(f"```{{exercise}} {title}\n:label: ex-double\n\n"
+                                      "Write `double(x)`.\n```"),
+        nbformat.v4.new_code_cell(_REFERENCE, metadata={"tags": list(tags)}),
+        nbformat.v4.new_code_cell("assert check_double(double)",
+                                  metadata={"tags": list(check_tags)}),
+        nbformat.v4.new_markdown_cell(f"````{{solution}} ex-double\n:class: {solution_class}\n\n"
+                                      f"```python\n{fold}\n```\n\nAdding a tensor to itself "
+                                      "doubles every entry of it.\n````"),
+    ]
+
+
+def _answer(text="The answer is forty-two, as everyone knows.", tags=("answer",)):
+    return nbformat.v4.new_markdown_cell(
+        f"```{{admonition}} Answer\n:class: dropdown\n\n{text}\n```", metadata={"tags": list(tags)})
+
+
+def test_the_pattern_test_accepts_a_good_exercise_and_names_each_fault():
+    assert exercise_problems(_notebook(*_exercise())) == []
+    for kwargs, fault in [
+        ({"title": "Easy: double it"}, "does not start with one of"),
+        ({"tags": ("hide-input",)}, "reference cell is not tagged 'remove-cell'"),
+        ({"check_tags": ()}, "check cell is not tagged 'remove-cell'"),
+        ({"solution_class": "note"}, "no `:class: dropdown`"),
+        ({"fold": "def double(x):\n    return 2 * x"}, "differs from the reference"),
+    ]:
+        problems = exercise_problems(_notebook(*_exercise(**kwargs)))
+        assert len(problems) == 1 and fault in problems[0], (kwargs, problems)
+    task, reference, check, solution = _exercise()
+    assert "not right after" in exercise_problems(_notebook(task, reference, check,
+                                                            _answer(), solution))[-1]
+
+
+def test_the_leak_test_finds_a_solution_line_anywhere_in_the_copy():
+    shown = nbformat.v4.new_code_cell("y = 1")
+    nb = _notebook(shown, *_exercise(), nbformat.v4.new_markdown_cell("Question?"), _answer())
+    assert leaks(nb, make_student.student_notebook(nb)) == []
+    # The reference line shown above the exercise (with another comment), and a line of the
+    # answer or of the solution's prose copied into the chapter: each one is found.
+    for copied in ("z = 3\ndoubled = torch.add(x, x, alpha=1)  # the same code, another comment",
+                   "Note: The answer is forty-two, as everyone knows.",
+                   "As shown: Adding a tensor to itself doubles every entry of it."):
+        nb.cells[1].source = copied
+        found = leaks(nb, make_student.student_notebook(nb))
+        assert len(found) == 1 and "cell 1" in found[0], (copied, found)
+    # A docstring that states the solution.
+    nb.cells[1].source = "y = 1"
+    nb.cells[3].source = nb.cells[3].source.replace('x times two, same shape.',
+                                                    "Returns doubled = torch.add(x, x, alpha=1).")
+    assert docstring_leaks(nb, make_student.student_notebook(nb))
+
+
+def test_the_answer_test_wants_every_fold_in_an_answer_cell():
+    assert answer_problems(_notebook(_answer())) == []
+    untagged = answer_problems(_notebook(_answer(tags=())))
+    assert len(untagged) == 1 and "not tagged `answer`" in untagged[0]
+    note = nbformat.v4.new_markdown_cell("Text.\n\n```{note}\n:class: dropdown\n\nHidden.\n```")
+    assert answer_problems(_notebook(note))
+    wrong = nbformat.v4.new_markdown_cell("Just text.", metadata={"tags": ["answer"]})
+    assert "must be one {admonition}" in answer_problems(_notebook(wrong))[0]
+
+
+# The generator refuses what it cannot strip cleanly ------------------------------------------
 
 
 @pytest.mark.parametrize("body, problem, line", [
@@ -208,28 +539,39 @@ def test_solution_directive_must_be_a_cell_of_its_own():
         make_student.student_notebook(nb, "x.ipynb")
 
 
+def test_answer_tag_on_a_code_cell_is_refused():
+    nb = _notebook(nbformat.v4.new_code_cell("x = 42", metadata={"tags": ["answer"]}))
+    with pytest.raises(make_student.MarkerError, match=r"x.ipynb, cell 1 .*not for a code cell"):
+        make_student.student_notebook(nb, "x.ipynb")
+
+
 def test_conversion_of_a_small_notebook():
-    exercise = "```{exercise} Warm-up\n:label: ex-a\n\nWrite $f$.\n```"
-    code = "def f(x):\n    y = 2\n    ### BEGIN SOLUTION\n    return x * y\n    ### END SOLUTION"
-    nb = _notebook(nbformat.v4.new_markdown_cell(exercise),
-                   nbformat.v4.new_code_cell(code, metadata={"tags": ["hide-input"]}),
-                   nbformat.v4.new_code_cell("assert check_f(f)"),
-                   nbformat.v4.new_markdown_cell(
-                       "```{solution} ex-a\n:class: dropdown\n\nx·2\n```"),
-                   nbformat.v4.new_code_cell("assert not check_f(g)",
-                                             metadata={"tags": ["instructor"]}))
-    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="old output")]
-    nb.cells[2].execution_count = 3
+    task, reference, check, solution = _exercise()
+    reference.metadata["tags"] = ["remove-cell", "keep-me"]
+    check.outputs = [nbformat.v4.new_output("stream", text="old output")]
+    check.execution_count = 3
+    nb = _notebook(nbformat.v4.new_code_cell("y = 1", metadata={"tags": ["remove-cell"]}),
+                   task, reference, check, solution,
+                   nbformat.v4.new_markdown_cell("**1.** Why?"), _answer(),
+                   nbformat.v4.new_code_cell("assert not check_double(str)",
+                                             metadata={"tags": ["instructor", "remove-cell"]}))
     student = make_student.student_notebook(nb, "x.ipynb")
     assert [c.source for c in student.cells] == [
         "# Title",
-        "**Exercise 1 (Warm-up)**\n\nWrite $f$.",
-        "def f(x):\n    y = 2\n    # YOUR CODE HERE\n    raise NotImplementedError()",
-        "check_f(f)",
+        "y = 1",
+        "**Exercise 1 (Warm-up: double it)**\n\nWrite `double(x)`.",
+        'def double(x):\n    """x times two, same shape."""\n    # YOUR CODE HERE\n'
+        "    raise NotImplementedError()",
+        "check_double(double)",
+        "**1.** Why?",
     ]
-    assert student.cells[3].outputs == [] and student.cells[3].execution_count is None
-    assert "tags" not in student.cells[2].metadata  # the stub is not folded away
-    assert len(nb.cells) == 6 and "### BEGIN SOLUTION" in nb.cells[2].source  # source untouched
+    # Only the stub and the check are shown; any other hidden cell stays hidden.
+    assert student.cells[1].metadata["tags"] == ["remove-cell"]
+    assert student.cells[3].metadata["tags"] == ["keep-me"]
+    assert "tags" not in student.cells[4].metadata
+    assert student.cells[4].outputs == [] and student.cells[4].execution_count is None
+    assert len(nb.cells) == 9 and make_student.BEGIN in nb.cells[3].source  # source untouched
+    assert nb.cells[3].metadata["tags"] == ["remove-cell", "keep-me"]
 
 
 # Not in the book, but run by the tests --------------------------------------------------------
@@ -263,17 +605,97 @@ def test_student_copies_are_run_once():
     assert len(run) == len(set(run)), "a student copy is run twice"
 
 
+# The built page -----------------------------------------------------------------------------
+
+
+class _Folds(HTMLParser):
+    """The text of a page outside its solution folds, and inside each fold its code blocks."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.outside: list[str] = []
+        self.folds: list[dict] = []
+        self._depth = 0  # open <div>s
+        self._fold_depth = None  # the depth at which the open fold started
+        self._in_pre = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "div":
+            self._depth += 1
+            classes = (dict(attrs).get("class") or "").split()
+            if self._fold_depth is None and {"solution", "admonition"} <= set(classes):
+                self._fold_depth = self._depth
+                self.folds.append({"text": [], "code": [], "dropdown": "dropdown" in classes})
+        elif tag == "pre" and self._fold_depth is not None:
+            self._in_pre = True
+            self.folds[-1]["code"].append("")
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            if self._fold_depth == self._depth:
+                self._fold_depth = None
+            self._depth -= 1
+        elif tag == "pre":
+            self._in_pre = False
+
+    def handle_data(self, data):
+        if self._fold_depth is None:
+            self.outside.append(data)
+        else:
+            self.folds[-1]["text"].append(data)
+            if self._in_pre:
+                self.folds[-1]["code"][-1] += data
+
+
 @pytest.mark.book
 @pytest.mark.parametrize("chapter", EXERCISE_CHAPTERS, ids=_ids(EXERCISE_CHAPTERS))
 def test_book_numbers_the_exercises_and_folds_the_solutions(chapter):
     html = ensure_built_book()
     page = (html / "chapters" / f"{chapter.stem}.html").read_text(encoding="utf-8")
-    n = "\n".join(c.source for c in nbformat.read(chapter, as_version=4).cells).count("{exercise}")
+    nb = _read(chapter)
+    n = "\n".join(c.source for c in nb.cells).count("{exercise}")
     for i in range(1, n + 1):  # "Exercise 3", or "Exercise 2.3" in a numbered chapter
         number = rf'<span class="caption-number">Exercise (?:[\d.]+\.)?{i} </span>'
         assert re.search(number, page), f"no Exercise {i} on the page"
-    assert len(re.findall(r'class="solution dropdown admonition"', page)) == n
-    # The code cells with the reference solutions are folded too (tagged hide-input).
-    assert page.count('<details class="admonition hide above-input"') >= n
-    assert make_student.BEGIN in page
+    parsed = _Folds()
+    parsed.feed(page)
+    assert len(parsed.folds) == n and all(fold["dropdown"] for fold in parsed.folds)
+    # Nothing outside the folds gives a solution away: no reference code (the markers),
+    # no checker's verdict under the task.
+    outside = "".join(parsed.outside)
+    assert make_student.BEGIN not in page and make_student.END not in page
+    assert "checks passed" not in outside
+    # Each fold shows its exercise's reference code, as executed (without the markers).
+    references = [cell for cell in nb.cells
+                  if cell.cell_type == "code" and make_student.BEGIN in cell.source]
+    assert len(references) == n
+    for fold, reference in zip(parsed.folds, references):
+        expected = "\n".join(line for line in reference.source.strip("\n").split("\n")
+                             if line.strip() not in _MARKERS)
+        assert any(code.strip("\n") == expected for code in fold["code"]), \
+            f"the fold does not show the reference code:\n{expected[:200]}"
     assert not (html / "exercises").exists()
+
+
+# The appendix page that hands out the copies --------------------------------------------------
+
+
+def test_exercise_page_is_up_to_date_and_links_every_copy():
+    import exercise_page
+
+    page = (ROOT / "appendix" / "exercise_notebooks.md").read_text(encoding="utf-8")
+    assert page == exercise_page.page_text(), "run `make student` (tools/exercise_page.py)"
+    url, branch = exercise_page.repository()
+    links = re.findall(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)", page)
+    prefix = f"https://colab.research.google.com/github/{url.removeprefix('https://github.com/')}"
+    linked = []
+    for link in links:
+        assert link.startswith(f"{prefix}/blob/{branch}/"), link
+        path = link.removeprefix(f"{prefix}/blob/{branch}/")
+        assert (ROOT / path).is_file(), f"{link} points at no file of the repository"
+        linked.append(path)
+    copies = sorted(f"exercises/{p.name}" for p in EXERCISES.glob("*.ipynb"))
+    assert sorted(linked) == copies, "one Colab link per student notebook, and no other"
+    assert "appendix/exercise_notebooks" in toc_docnames()
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    assert "(appendix/exercise_notebooks.md)" in intro, "the intro's instructors point to it"

@@ -3,25 +3,42 @@
     python tools/make_student.py           # write exercises/<chapter>.ipynb for every chapter
     python tools/make_student.py --check   # exit 1 and name the copies that are out of date
 
+An exercise in a chapter is four cells in a row:
+
+1. Markdown: one ``{exercise}`` directive, titled ``Warm-up: ...``, ``Core: ...`` or
+   ``Challenge: ...``, with a ``:label:`` unique in the book; the task says what to write;
+2. code, tagged ``remove-cell``: the function with a docstring that states its contract
+   (arguments, result, shapes) and never the solution; the reference code sits between
+   ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers) inside the function;
+3. code, tagged ``remove-cell``: ``assert check_<name>(<name>)``;
+4. Markdown: one ``{solution} <label>`` directive with ``:class: dropdown``, holding a fenced
+   ``python`` block equal to cell 2 without its two marker lines, then why it works and the
+   mistakes the checker recognises.
+
+The book executes cells 2 and 3 without showing them and shows the reference code only in
+the folded solution. A self-check answer is a Markdown cell of its own, tagged ``answer``,
+holding one ``{admonition}`` directive with ``:class: dropdown``.
+
 What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 
-- the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers, inside
-  the function the student completes) become ``# YOUR CODE HERE`` and
+- the lines between the two markers become ``# YOUR CODE HERE`` and
   ``raise NotImplementedError()``, indented like the markers;
-- a Markdown cell holding a ``{solution}`` directive, and every cell tagged ``instructor``, is
-  left out;
+- a Markdown cell holding a ``{solution}`` directive, a Markdown cell tagged ``answer``, and
+  every cell tagged ``instructor`` are left out;
 - ``assert check_...(...)`` becomes a plain call, so that an unfinished exercise is reported
   by its checker ("not attempted yet") instead of stopping the notebook;
+- the cell with a solution region (now the stub) and the cell with a check lose the tags
+  that hide them in the book (``remove-cell``, ``remove-input``, ``hide-input``,
+  ``hide-cell``), so the student sees them;
 - a Markdown cell that is one ``{exercise}`` directive becomes plain Markdown headed
   "**Exercise N (title)**", numbered in page order as the book numbers them, since Jupyter
   and Colab do not render MyST directives;
-- outputs and execution counts are cleared, and a cell with a solution region loses its
-  ``hide-input`` tag (which folds the reference solution in the book). Every other cell is
-  kept as it is.
+- outputs and execution counts are cleared. Every other cell is kept as it is.
 
 The chapters are only read. The same chapters give byte-identical copies, and copies whose
 chapter is gone are removed. A marker out of place (an END without a BEGIN, a BEGIN without
-an END, one region inside another, a region outside a function) stops the script with the
+an END, one region inside another, a region outside a function), a ``{solution}`` directive
+that is not a cell of its own, or a code cell tagged ``answer`` stops the script with the
 notebook, the cell and the line, before anything is written.
 """
 from __future__ import annotations
@@ -42,6 +59,9 @@ BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 INSTRUCTOR_TAG = "instructor"
+ANSWER_TAG = "answer"
+# Tags that hide a cell or its code in the book; taken off the stub and the check cell.
+HIDING_TAGS = ("remove-cell", "remove-input", "hide-input", "hide-cell")
 _SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
 _EXERCISE_OPEN = re.compile(r"^(`{3,}|:{3,})\{exercise\}\s*(.*)$")
 _OPTION = re.compile(r"^:[\w-]+:")
@@ -112,6 +132,20 @@ def exercise_as_markdown(source: str, number: int) -> str | None:
     return "\n".join([head, *body])
 
 
+def _has_check(source: str) -> bool:
+    """Whether a code cell asserts a checker (``assert check_...(...)`` on a line of its own)."""
+    return any(_CHECK_ASSERT.match(line) for line in source.split("\n"))
+
+
+def _show(cell) -> None:
+    """Take off ``cell`` the tags that hide it (or its code) in the book."""
+    tags = [t for t in cell.metadata.get("tags", []) if t not in HIDING_TAGS]
+    if tags:
+        cell.metadata["tags"] = tags
+    else:
+        cell.metadata.pop("tags", None)
+
+
 def student_notebook(nb, name: str = "<notebook>"):
     """The student copy of notebook ``nb`` (which is left unchanged)."""
     student = copy.deepcopy(nb)
@@ -119,16 +153,20 @@ def student_notebook(nb, name: str = "<notebook>"):
     exercises = 0
     for index, cell in enumerate(nb.cells):
         where = _where(name, index, cell)
-        if INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if INSTRUCTOR_TAG in tags:
+            continue
+        if ANSWER_TAG in tags:
+            if cell.cell_type != "markdown":
+                raise MarkerError(f"{where}: the tag {ANSWER_TAG!r} is for the Markdown cell "
+                                  "that holds a self-check answer, not for a code cell")
             continue
         if _is_solution_cell(cell, where):
             continue
         cell = copy.deepcopy(cell)
         if cell.cell_type == "code":
-            if BEGIN in cell.source and "hide-input" in cell.metadata.get("tags", []):
-                cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != "hide-input"]
-                if not cell.metadata["tags"]:
-                    del cell.metadata["tags"]
+            if BEGIN in cell.source or _has_check(cell.source):
+                _show(cell)
             cell.source = strip_solutions(cell.source, where)
             cell.outputs = []
             cell.execution_count = None

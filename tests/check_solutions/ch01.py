@@ -1,44 +1,37 @@
 """Reference solutions of Chapter 1 (chapters/01_attention.ipynb), by checker name."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-
-def causal_mask(T, S):
-    rows = torch.arange(T)[:, None] + (S - T)  # (T, 1)
-    return torch.arange(S)[None, :] <= rows  # (T, S)
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 
 
-def masked_softmax(scores, mask):
-    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return w.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+def score_scale(d_k, sigma):
+    return sigma**2 * math.sqrt(d_k)  # the standard deviation of q·k
 
 
-def softmax_jacobian(x):
-    p = torch.softmax(x, dim=0)
-    return torch.diag(p) - torch.outer(p, p)  # (n, n)
+def left_padded_causal_mask(lengths, T, S):
+    is_real = torch.arange(S)[None, :] >= S - lengths[:, None]  # (B, S)
+    return is_real[:, None, None, :] & causal_mask(T, S)  # (B, 1, T, S)
 
 
-def softmax(x, dim=-1):
-    shifted = x - x.amax(dim=dim, keepdim=True)
-    e = shifted.exp()
-    return e / e.sum(dim=dim, keepdim=True)
-
-
-def attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ v, weights  # (B, H, T, Dv), (B, H, T, S)
+def chunked_causal_attention(q, k, v, chunk):
+    T = q.shape[-2]
+    pieces = []
+    for start in range(0, T, chunk):
+        end = min(start + chunk, T)
+        out, _ = scaled_dot_product_attention(
+            q[..., start:end, :], k[..., :end, :], v[..., :end, :],
+            mask=causal_mask(end - start, end),
+        )  # (..., end - start, Dv)
+        pieces.append(out)
+    return torch.cat(pieces, dim=-2)  # (..., T, Dv)
 
 
 SOLUTIONS = {
-    "check_softmax": softmax,
-    "check_attention": attention,
-    "check_causal_mask": causal_mask,
-    "check_masked_softmax": masked_softmax,
-    "check_softmax_jacobian": softmax_jacobian,
+    "check_score_scale": score_scale,
+    "check_left_padded_causal_mask": left_padded_causal_mask,
+    "check_chunked_causal_attention": chunked_causal_attention,
 }

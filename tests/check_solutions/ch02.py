@@ -4,24 +4,36 @@ from __future__ import annotations
 import torch
 
 
-def reversal_targets(src, bos):
-    tgt_out = src.flip(1)  # (B, T)
-    start = torch.full_like(src[:, :1], bos)  # (B, 1)
-    return torch.cat([start, tgt_out[:, :-1]], dim=1), tgt_out  # (B, T) each
+def teacher_forcing(tgt, bos, pad):
+    start = torch.full_like(tgt[:, :1], bos)  # (B, 1)
+    dec_in = torch.cat([start, tgt[:, :-1]], dim=1)  # (B, T)
+    labels = tgt.masked_fill(tgt == pad, -100)  # (B, T)
+    return dec_in, labels
 
 
-def mirror_alignment(weights):
-    T = weights.shape[-2]
-    hits = weights.argmax(dim=-1) == torch.arange(T - 1, -1, -1)  # (n, H, T)
-    return hits.float().mean(dim=(0, 2))  # (H,)
+def head_bilinear_forms(q_weight, k_weight, n_heads):
+    H, C = n_heads, q_weight.shape[1]
+    W_Q = q_weight.view(H, C // H, C)  # (H, D, C)
+    W_K = k_weight.view(H, C // H, C)  # (H, D, C)
+    return W_Q.transpose(1, 2) @ W_K  # (H, C, C)
 
 
-def transform_qk(Q, K, R):
-    return Q @ R, K @ torch.linalg.inv(R).T
+def first_future_leak(decode, tgt):
+    base = decode(tgt)  # (B, T, V)
+    T, V = tgt.shape[1], base.shape[-1]
+    first = -1
+    for j in range(1, T):
+        changed = tgt.clone()
+        changed[:, j] = (tgt[:, j] + 1) % V
+        moved = (decode(changed)[:, :j] != base[:, :j]).any(dim=(0, 2))  # (j,)
+        if moved.any():
+            t = int(moved.nonzero()[0])
+            first = t if first == -1 else min(first, t)
+    return first
 
 
 SOLUTIONS = {
-    "check_reversal_targets": reversal_targets,
-    "check_mirror_alignment": mirror_alignment,
-    "check_transform_qk": transform_qk,
+    "check_teacher_forcing": teacher_forcing,
+    "check_head_bilinear_forms": head_bilinear_forms,
+    "check_first_future_leak": first_future_leak,
 }

@@ -1,55 +1,32 @@
 """Reference solutions of Chapter 3 (chapters/03_multi_head.ipynb), by checker name."""
 from __future__ import annotations
 
-import torch
+
+def attention_memory(batch, seq_len, d_model, n_heads, n_kv_heads, bytes_per_number):
+    head_dim = d_model // n_heads
+    weights = batch * n_heads * seq_len * seq_len  # (B, H, T, T)
+    keys_and_values = 2 * batch * n_kv_heads * seq_len * head_dim  # 2 x (B, H_kv, T, D)
+    return bytes_per_number * (weights + keys_and_values)
 
 
-def mha_param_count(d_model, n_heads, bias=True):
-    return 4 * d_model * d_model + (4 * d_model if bias else 0)
-
-
-def head_weight(weight, n_heads, h):
-    D = weight.shape[0] // n_heads
-    return weight[h * D:(h + 1) * D]  # (D, C)
-
-
-def multi_head(x, w_q, w_k, w_v, w_o, n_heads, mask=None):
-    B, T, C = x.shape
+def split_qkv(qkv, n_heads):
+    B, T, three_c = qkv.shape
+    if three_c % (3 * n_heads) != 0:
+        raise ValueError(f"the last axis ({three_c}) must be 3 x n_heads ({n_heads}) x D")
+    C = three_c // 3
     D = C // n_heads
-
-    def split(t):
-        return t.view(B, T, n_heads, D).transpose(1, 2)  # (B, H, T, D)
-
-    q, k, v = split(x @ w_q.T), split(x @ w_k.T), split(x @ w_v.T)
-    scores = q @ k.transpose(-2, -1) / D ** 0.5  # (B, H, T, T)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
-    return out.transpose(1, 2).reshape(B, T, C) @ w_o.T  # (B, T, C)
+    return tuple(t.reshape(B, T, n_heads, D).transpose(1, 2)  # (B, H, T, D)
+                 for t in qkv.split(C, dim=-1))
 
 
-def repeat_kv(x, n_rep):
-    B, H_kv, S, D = x.shape
-    return x[:, :, None].expand(B, H_kv, n_rep, S, D).reshape(B, H_kv * n_rep, S, D)
-
-
-def split_heads(x, n_heads):
-    B, T, C = x.shape
-    if C % n_heads != 0:
-        raise ValueError(f"C ({C}) must be divisible by n_heads ({n_heads})")
-    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
-
-
-def merge_heads(x):
-    B, H, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
+def to_per_head_layout(t, n_heads):
+    D = t.shape[0] // (3 * n_heads)
+    by_role = t.reshape(3, n_heads, D, *t.shape[1:])  # (role, head, D, ...)
+    return by_role.transpose(0, 1).reshape(t.shape)  # (head, role, D, ...) -> (3C, ...)
 
 
 SOLUTIONS = {
-    "check_repeat_kv": repeat_kv,
-    "check_split_heads": split_heads,
-    "check_merge_heads": merge_heads,
-    "check_mha_param_count": mha_param_count,
-    "check_head_weight": head_weight,
-    "check_multi_head": multi_head,
+    "check_attention_memory": attention_memory,
+    "check_split_qkv": split_qkv,
+    "check_to_per_head_layout": to_per_head_layout,
 }

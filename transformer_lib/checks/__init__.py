@@ -1,9 +1,10 @@
 """Checkers for the exercises: each compares a student's function with the library's reference.
 
-Call a checker with the function to check, e.g. ``check_softmax(softmax)``. It runs the
-function on several seeded inputs, edge cases included, prints a short verdict (each check
-passed, or what is wrong in words a student can act on) and returns a :class:`CheckResult`,
-truthy when every check passed, so a reference notebook can ``assert check_softmax(softmax)``.
+Call a checker with the function to check, e.g. ``check_score_scale(score_scale)``. It runs
+the function on several seeded inputs, edge cases included, prints a short verdict (each
+check passed, or what is wrong in words a student can act on) and returns a
+:class:`CheckResult`, truthy when every check passed, so a reference notebook can
+``assert check_score_scale(score_scale)``.
 
 A checker never raises. A function that raises gets the exception's one-line summary, and a
 stub that still raises ``NotImplementedError`` is "not attempted yet", so a student's notebook

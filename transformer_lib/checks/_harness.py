@@ -24,7 +24,6 @@ ATOL = 1e-5
 RTOL = 1e-4
 SEED = 0
 
-ATT_AXES = ("batch", "head", "query", "key")  # the axes of attention weights (B, H, T, S)
 
 
 def _generator(seed: int = SEED) -> torch.Generator:
@@ -359,29 +358,30 @@ def _compare(got: Any, expected: Tensor, what: str, *, letters: str | None = Non
 # Properties of attention weights --------------------------------------------------------------
 
 
-def _no_weight_on_blocked(mask: Tensor) -> Property:
-    """Weights ``(..., T, S)`` must be 0 wherever ``mask`` (broadcastable, True = may attend)
-    is False."""
-    def prop(w: Tensor) -> str | None:
-        leak = ~mask.expand_as(w) & (w.abs() > 1e-6)
-        if leak.any():
-            idx = _first(leak)
-            return (f"masked positions receive weight: {_where(idx, ATT_AXES)} has weight "
-                    f"{w[idx].item():.3g}, but the mask blocks it (False = may not attend)")
-        return None
-    return prop
+# Comparing numbers ----------------------------------------------------------------------------
 
 
-def _rows_sum_to_one(mask: Tensor | None) -> Property:
-    """Every row of weights ``(..., T, S)`` with at least one visible key sums to 1."""
-    def prop(w: Tensor) -> str | None:
-        sums = w.sum(dim=-1)  # (..., T)
-        visible = torch.ones_like(sums, dtype=torch.bool) if mask is None else \
-            mask.any(dim=-1).expand_as(sums)  # rows with at least one key to attend to
-        bad = visible & ((sums - 1).abs() > 1e-4)
-        if bad.any():
-            idx = _first(bad)
-            return (f"rows do not sum to 1: the weights of {_where(idx, ATT_AXES[:-1])} "
-                    f"sum to {sums[idx].item():.4g}")
-        return None
-    return prop
+def _as_number(got: Any, what: str) -> float:
+    """``got`` as a float: an int, a float or a one-element tensor; else _Failure."""
+    if isinstance(got, Tensor) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        raise _Failure(f"{what} should be a number, got {_describe(got)}")
+    return float(got)
+
+
+def _compare_number(got: Any, expected: float, what: str, *, rel_tol: float = 1e-6,
+                    mistakes: Sequence[tuple[float, str]] = ()) -> None:
+    """Raise _Failure unless ``got`` is a number within ``rel_tol`` of ``expected``.
+
+    ``mistakes`` are (wrong value, hint) pairs: when ``got`` is one of them (within
+    ``rel_tol``), its hint says what went wrong; the first match wins.
+    """
+    value = _as_number(got, what)
+    if value != value:  # NaN
+        raise _Failure(f"NaN appeared in {what} (expected {expected:.6g})")
+    if abs(value - expected) <= rel_tol * abs(expected):
+        return
+    known = next((hint for wrong, hint in mistakes
+                  if abs(value - wrong) <= rel_tol * abs(wrong)), None)
+    raise _Failure(f"wrong value for {what}: expected {expected:.6g}, got {value:.6g}", known)

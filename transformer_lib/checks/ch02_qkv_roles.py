@@ -1,6 +1,7 @@
 """Checkers for the exercises of chapter 2, the roles of queries, keys and values
-(``chapters/02_qkv_roles.ipynb``): teacher-forcing targets for the reversal task, how often a
-head looks at the mirrored position, and a change of coordinates that keeps the scores."""
+(``chapters/02_qkv_roles.ipynb``): the decoder's inputs and labels under teacher forcing with
+padding, the bilinear form of each head of a layer, and a test that finds where a decoder
+sees the future."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,134 +9,259 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
     _compare,
+    _describe,
+    _Failure,
     _generator,
     _items,
     _run,
 )
-from transformer_lib.tasks import mirror_alignment as _mirror_alignment
 
-# Teacher forcing for the reversal task -------------------------------------------------------
+IGNORE_INDEX = -100  # the label that LabelSmoothingLoss and F.cross_entropy leave out
+
+# Teacher forcing with padding ----------------------------------------------------------------
 
 
-def check_reversal_targets(reversal_targets: Callable[[Tensor, int], tuple]) -> CheckResult:
-    """Check ``reversal_targets(src, bos) -> (tgt_in, tgt_out)``, both ``(B, T)``: the target
-    is the reversed source, and the decoder reads it shifted right by one, after ``bos``."""
+def _padded_targets(lengths: list[int], T: int, pad: int, g: torch.Generator) -> Tensor:
+    """``(B, T)`` target sequences of symbols 1 … 9, row b real for ``lengths[b]`` tokens and
+    padded with ``pad`` after them."""
+    tgt = torch.randint(1, 10, (len(lengths), T), generator=g)  # (B, T)
+    real = torch.arange(T) < torch.tensor(lengths)[:, None]  # (B, T)
+    return tgt.masked_fill(~real, pad)
+
+
+def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple]) -> CheckResult:
+    """Check ``teacher_forcing(tgt, bos, pad) -> (dec_in, labels)``, both ``(B, T)``: the
+    decoder reads ``bos`` and then the targets shifted right by one; the labels are the
+    targets, with -100 wherever ``tgt`` is padding."""
     g = _generator()
 
-    def case(src: Tensor, bos: int) -> Callable[[], None]:
+    def case(tgt: Tensor, bos: int, pad: int) -> Callable[[], None]:
         def run() -> None:
-            got = _call(reversal_targets, [src, bos], ["src", "bos"])
-            tgt_in, tgt_out = _items(got, 2, "the pair (tgt_in, tgt_out)")
-            want_out = src.flip(1)  # (B, T)
-            start = torch.full_like(src[:, :1], bos)  # (B, 1)
-            want_in = torch.cat([start, want_out[:, :-1]], dim=1)  # (B, T)
+            got = _call(teacher_forcing, [tgt, bos, pad], ["tgt", "bos", "pad"])
+            dec_in, labels = _items(got, 2, "the pair (dec_in, labels)")
+            start = torch.full_like(tgt[:, :1], bos)  # (B, 1)
+            want_in = torch.cat([start, tgt[:, :-1]], dim=1)  # (B, T)
+            want_labels = tgt.masked_fill(tgt == pad, IGNORE_INDEX)  # (B, T)
             axes = ("sequence", "step")
-            _compare(tgt_out, want_out, "tgt_out", letters="(B, T)", axes=axes,
-                     mistakes=[(src, "tgt_out is the source reversed: .flip(1)")])
-            _compare(tgt_in, want_in, "tgt_in", letters="(B, T)", axes=axes, mistakes=[
-                (want_out, "tgt_in is not shifted: the decoder would read the very token it "
-                           "must predict. Put bos first and drop the last target token"),
-                (torch.cat([want_out[:, 1:], start], dim=1),  # (B, T)
+            longer = {(tgt.shape[0], tgt.shape[1] + 1):
+                      "keep length T: the last target token is never read, drop it from dec_in"}
+            _compare(dec_in, want_in, "dec_in", letters="(B, T)", axes=axes, mistakes=[
+                (tgt, "dec_in is not shifted: the decoder would read the very token it must "
+                      "predict. Put bos first and drop the last target token"),
+                (torch.cat([tgt[:, 1:], start], dim=1),  # (B, T)
                  "shifted the wrong way: bos comes first, then the targets without their last"),
-                (torch.cat([start, src[:, :-1]], dim=1),  # (B, T)
-                 "tgt_in must be built from the reversed source (the targets), not from src"),
-                (torch.cat([torch.zeros_like(start), want_out[:, :-1]], dim=1),  # (B, T)
+                (torch.cat([torch.zeros_like(start), tgt[:, :-1]], dim=1),  # (B, T)
                  f"the start token is the `bos` argument (here {bos}), not a fixed 0"),
-            ], shape_hints={(src.shape[0], src.shape[1] + 1):
-                            "tgt_in keeps length T: drop the last target token"})
+                (want_in.masked_fill(want_in == pad, IGNORE_INDEX),
+                 "-100 belongs in the labels only: dec_in holds token ids for the embedding, "
+                 "and -100 is none. Keep the pad id in dec_in"),
+            ], shape_hints=longer)
+            _compare(labels, want_labels, "labels", letters="(B, T)", axes=axes, mistakes=[
+                (tgt, "the padding positions still hold the pad id, so the loss would train "
+                      "the model to predict padding: put -100 there (the ignore_index)"),
+                (want_in, "the labels are the targets themselves, not the shifted decoder input: "
+                          "step t reads tokens 0 … t - 1 and predicts token t"),
+                (tgt.masked_fill(tgt == pad, 0),
+                 "0 is a token id like any other, so the loss would still count those "
+                 "positions: use -100, the index the loss ignores"),
+            ], shape_hints=longer)
         return run
 
-    return _run("reversal_targets", reversal_targets, [
-        ("src (3, 5), bos = 0", case(torch.randint(1, 10, (3, 5), generator=g), 0)),
-        ("src (2, 4), bos = 11", case(torch.randint(1, 10, (2, 4), generator=g), 11)),
-        ("one token: src (2, 1), bos = 5", case(torch.randint(1, 10, (2, 1), generator=g), 5)),
+    return _run("teacher_forcing", teacher_forcing, [
+        ("no padding: tgt (3, 5), bos = 0, pad = 10",
+         case(_padded_targets([5, 5, 5], 5, 10, g), 0, 10)),
+        ("padded: lengths 6, 4, 2, bos = 11, pad = 10",
+         case(_padded_targets([6, 4, 2], 6, 10, g), 11, 10)),
+        ("pad = 0, bos = 1, lengths 3, 1", case(_padded_targets([3, 1], 4, 0, g), 1, 0)),
+        ("one token: tgt (2, 1), bos = 5, pad = 0", case(_padded_targets([1, 1], 1, 0, g), 5, 0)),
     ])
 
 
-# How often a head looks at the mirrored position ---------------------------------------------
+# The bilinear form of each head ---------------------------------------------------------------
 
 
-def check_mirror_alignment(mirror_alignment: Callable[[Tensor], Tensor]) -> CheckResult:
-    """Check ``mirror_alignment(weights)``: for cross-attention weights ``(n, H, T, S)`` with
-    ``S = T``, the fraction of (sequence, step) pairs whose argmax over the keys is the
-    mirrored position ``T − 1 − t``, one per head ``(H,)``, against
-    :func:`transformer_lib.tasks.mirror_alignment`."""
+def _head_forms(q_weight: Tensor, k_weight: Tensor, n_heads: int) -> Tensor:
+    """The reference: ``(H, C, C)``, head h's ``W_Q,h W_K,hᵀ`` with ``nn.Linear`` weights
+    ``(C, C)`` stored as (out, in) and head h owning output rows h·D … h·D + D − 1."""
+    C = q_weight.shape[1]
+    D = q_weight.shape[0] // n_heads
+    Wq = q_weight.view(n_heads, D, C)  # (H, D, C)
+    Wk = k_weight.view(n_heads, D, C)  # (H, D, C)
+    return Wq.transpose(1, 2) @ Wk  # (H, C, C)
+
+
+def check_head_bilinear_forms(head_bilinear_forms: Callable[[Tensor, Tensor, int], Tensor]
+                              ) -> CheckResult:
+    """Check ``head_bilinear_forms(q_weight, k_weight, n_heads) -> (H, C, C)``: for the
+    ``q_proj.weight`` and ``k_proj.weight`` ``(C, C)`` of a layer, the matrix M_h of each head
+    with score_h(i, j) = x_i M_h x_jᵀ (no scale, no bias), checked against the scores of a
+    :class:`transformer_lib.attention.MultiHeadAttention` without biases."""
     g = _generator()
-    n, T = 40, 6
-    noise = torch.randn(n, 3, T, T, generator=g)  # (n, H, T, S)
-    eye = torch.eye(T)
-    structured = noise + 2.5 * torch.stack([eye.flip(1), eye, torch.zeros(T, T)])  # per head
-    mirrored = torch.arange(T - 1, -1, -1)  # (T,) step t reads source T-1-t
 
-    def case(w: Tensor) -> Callable[[], None]:
+    def case(C: int, H: int) -> Callable[[], None]:
+        D = C // H
+        with torch.random.fork_rng(devices=[]):  # its initialisation leaves no trace
+            layer = MultiHeadAttention(C, H, bias=False)
+        with torch.no_grad():
+            for proj in (layer.q_proj, layer.k_proj):
+                proj.weight.copy_(torch.randn(C, C, generator=g) / C**0.5)
+        q_weight, k_weight = layer.q_proj.weight.detach(), layer.k_proj.weight.detach()
+        x = torch.randn(1, 5, C, generator=g)  # (B, T, C)
+        with torch.no_grad():
+            q = layer.q_proj(x).view(1, 5, H, D).transpose(1, 2)  # (B, H, T, D)
+            k = layer.k_proj(x).view(1, 5, H, D).transpose(1, 2)  # (B, H, T, D)
+            scores = (q @ k.transpose(-2, -1))[0]  # (H, T, T), unscaled
+
+        def reproduces_scores(forms: Tensor) -> str | None:
+            from_forms = x[0] @ forms.float() @ x[0].T  # (H, T, T)
+            if not torch.allclose(from_forms, scores, atol=1e-4, rtol=1e-4):
+                bad = (from_forms - scores).abs().amax(dim=(1, 2)).argmax().item()
+                return (f"x_i M_h x_jᵀ does not give the layer's scores q_i · k_j (head {bad} "
+                        "is off)")
+            return None
+
         def run() -> None:
-            got = _call(mirror_alignment, [w], ["weights"])
-            H = w.shape[1]
-            _compare(got, _mirror_alignment(w), "the fractions", letters="(H,)", axes=("head",),
-                     mistakes=[
-                         ((w.argmax(-1) == torch.arange(T)).float().mean(dim=(0, 2)),
-                          "compared with the diagonal (position t): step t copies the mirrored "
-                          "source position T − 1 − t"),
-                         ((w.argmax(-2) == mirrored).float().mean(dim=(0, 2)),
-                          "the argmax ran over the queries (dim=-2): take it over the keys "
-                          "(dim=-1), one per query"),
-                         ((w.argmax(-1) == mirrored).float().sum(dim=(0, 2)),
-                          "these are counts: divide by the number of (sequence, step) pairs, "
-                          "or take .float().mean(dim=(0, 2))"),
-                     ],
-                     shape_hints={(): "one fraction per head: average over sequences and "
-                                      "steps only, dims (0, 2)",
-                                  (H, T): "average over the steps too: dims (0, 2)",
-                                  (n, H): "average over the sequences too: dims (0, 2)"})
+            got = _call(head_bilinear_forms, [q_weight, k_weight, H],
+                        ["q_weight", "k_weight", "n_heads"])
+            expected = _head_forms(q_weight, k_weight, H)
+            rows = "the D consecutive rows h·D … h·D + D − 1"
+            mistakes = [
+                (expected.transpose(1, 2),
+                 "each form is transposed: in score(i, j) = x_i M_h x_jᵀ the query's input "
+                 "multiplies from the left, so the query weights come first"),
+                ((q_weight.T @ k_weight).expand(H, C, C),
+                 "that is the sum of all the heads' forms, one matrix for the whole layer: "
+                 f"head h owns only {rows} of each weight"),
+                (expected / D**0.5, "leave out the 1/√D scale: the form is the raw q · k"),
+            ]
+            if H > 1:
+                interleaved_q = q_weight.view(D, H, C).transpose(0, 1)  # (H, D, C)
+                interleaved_k = k_weight.view(D, H, C).transpose(0, 1)  # (H, D, C)
+                mistakes.append((interleaved_q.transpose(1, 2) @ interleaved_k,
+                                 f"head h owns {rows}, not every H-th row: split the "
+                                 "rows as (H, D), in that order"))
+                cols_q = q_weight.view(C, H, D).permute(1, 0, 2)  # (H, C, D): columns
+                cols_k = k_weight.view(C, H, D).permute(1, 0, 2)  # (H, C, D)
+                mistakes.append((cols_q @ cols_k.transpose(1, 2),
+                                 "nn.Linear stores its weight as (out_features, in_features): "
+                                 f"a head is a block of output rows ({rows}), not of input "
+                                 "columns"))
+            _compare(got, expected, "the forms", letters="(H, C, C)",
+                     axes=("head", "row", "column"), properties=[reproduces_scores],
+                     mistakes=mistakes,
+                     shape_hints={(H, D, D): "those are (D, D): the form compares two inputs "
+                                             "of C channels, so it is (C, C) per head; put the "
+                                             "transpose on the other factor",
+                                  (C, C): "one (C, C) form per head: return (H, C, C)"})
         return run
 
-    return _run("mirror_alignment", mirror_alignment, [
-        ("3 heads: mirrored, diagonal, random", case(torch.softmax(structured, -1))),
-        ("random weights (40, 3, 6, 6)", case(torch.softmax(noise, -1))),
-        ("one head, one step: T = 1", case(torch.ones(5, 1, 1, 1))),
+    return _run("head_bilinear_forms", head_bilinear_forms, [
+        ("C = 8, H = 4 (D = 2)", case(8, 4)),
+        ("C = 12, H = 3 (D = 4)", case(12, 3)),
+        ("one head: C = 6, H = 1", case(6, 1)),
     ])
 
 
-# A change of coordinates that keeps the scores -----------------------------------------------
+# Where a decoder sees the future --------------------------------------------------------------
 
 
-def check_transform_qk(transform_qk: Callable[[Tensor, Tensor, Tensor], tuple]) -> CheckResult:
-    """Check ``transform_qk(Q, K, R) -> (Q R, K R⁻ᵀ)``: new queries and keys, ``(..., T, D)``
-    and ``(..., S, D)``, with the same scores ``Q Kᵀ`` for any invertible ``R (D, D)``."""
+def _toy_decoder(visible: Tensor, vocab_size: int,
+                 g: torch.Generator) -> Callable[[Tensor], Tensor]:
+    """A deterministic decoder: ids ``(B, T)`` -> logits ``(B, T, V)``, position t summing the
+    embeddings of the positions s with ``visible[t, s]`` (each weighted by its position), so
+    position t depends on token s exactly where ``visible[t, s]``. Shorter inputs use the
+    top-left corner of ``visible``."""
+    table = torch.randn(vocab_size, vocab_size, generator=g)  # (V, V)
+    n = visible.shape[0]
+    weight = visible.float() * (1.0 + 0.1 * torch.arange(n).float())  # (T, T)
+
+    def decode(tgt: Tensor) -> Tensor:
+        if not isinstance(tgt, Tensor) or tgt.dim() != 2 or tgt.dtype != torch.long:
+            raise ValueError(f"decode takes token ids (B, T) of dtype long, got {_describe(tgt)}"
+                             f"{'' if not isinstance(tgt, Tensor) else ' ' + str(tgt.dtype)}")
+        T = tgt.shape[1]
+        if not 1 <= T <= n or tgt.min() < 0 or tgt.max() >= vocab_size:
+            raise ValueError(f"decode takes 1 to {n} positions of ids 0 … {vocab_size - 1}, "
+                             f"got shape {tuple(tgt.shape)}")
+        return weight[:T, :T] @ table[tgt]  # (T, T) @ (B, T, V) -> (B, T, V)
+
+    return decode
+
+
+def _leaks(decode: Callable[[Tensor], Tensor], tgt: Tensor) -> list[tuple[int, int]]:
+    """Every (t, j) with t < j such that changing token j changes the logits at t."""
+    V = decode(tgt).shape[-1]
+    base = decode(tgt)  # (B, T, V)
+    found = []
+    for j in range(tgt.shape[1]):
+        changed = tgt.clone()
+        changed[:, j] = (tgt[:, j] + 1) % V  # another token at position j
+        moved = (decode(changed) - base).abs().amax(dim=(0, 2)) > 0  # (T,)
+        found += [(t, j) for t in range(j + 1) if moved[t]]
+    return found
+
+
+def check_first_future_leak(first_future_leak: Callable[[Callable, Tensor], int]) -> CheckResult:
+    """Check ``first_future_leak(decode, tgt) -> int``: the smallest position t whose logits
+    change when a token after t changes, or -1 if the decoder is causal; tried on small
+    decoders with known leaks."""
     g = _generator()
+    V, T = 7, 8
 
-    def case(q_shape: tuple[int, ...], k_shape: tuple[int, ...]) -> Callable[[], None]:
-        D = q_shape[-1]
-        Q = torch.randn(*q_shape, generator=g, dtype=torch.float64)  # (..., T, D)
-        K = torch.randn(*k_shape, generator=g, dtype=torch.float64)  # (..., S, D)
-        R = torch.eye(D, dtype=torch.float64) + 0.4 * torch.randn(D, D, generator=g,
-                                                                  dtype=torch.float64)
+    def case(extra: list[tuple[int, int]], mask: str = "causal", n: int = T
+             ) -> Callable[[], None]:
+        visible = {"causal": torch.ones(n, n).tril(), "none": torch.ones(n, n),
+                   "off by one": torch.ones(n, n).tril(diagonal=1)}[mask].bool()
+        for t, s in extra:
+            visible[t, s] = True
+        decode = _toy_decoder(visible, V, g)
+        tgt = torch.randint(0, V, (2, n), generator=g)  # (B, T)
 
         def run() -> None:
-            got = _call(transform_qk, [Q, K, R], ["Q", "K", "R"])
-            q2, k2 = _items(got, 2, "the pair (Q', K')")
-            R_inv = torch.linalg.inv(R)  # (D, D)
-            _compare(q2, Q @ R, "Q'", mistakes=[(Q @ R.T, "Q' = Q R, not Q Rᵀ")])
-
-            def same_scores(k: Tensor) -> str | None:
-                if not torch.allclose(Q @ R @ k.transpose(-2, -1), Q @ K.transpose(-2, -1),
-                                      atol=1e-6):  # (..., T, S) both
-                    return "the scores Q' K'ᵀ differ from Q Kᵀ"
-                return None
-
-            _compare(k2, K @ R_inv.T, "K'", properties=[same_scores], mistakes=[
-                (K @ R_inv, "K' uses R⁻¹ where it needs R⁻ᵀ: (Q R)(K R⁻¹)ᵀ = Q R R⁻ᵀ Kᵀ, "
-                            "which is Q Kᵀ only for a symmetric R. Transpose the inverse"),
-                (K @ R, "the same R on both sides gives Q R Rᵀ Kᵀ, which is Q Kᵀ only for a "
-                        "rotation (an orthogonal R): undo R in the keys with R⁻ᵀ"),
-            ])
+            got = _call(first_future_leak, [decode, tgt], ["decode", "tgt"])
+            if isinstance(got, Tensor) and got.numel() == 1 and not got.is_floating_point():
+                got = got.item()
+            if isinstance(got, bool) or not isinstance(got, int):
+                raise _Failure(f"returned {_describe(got)}: return one int, a position or -1")
+            pairs = _leaks(decode, tgt)
+            future = [(t, j) for t, j in pairs if t < j]
+            expected = min((t for t, _ in future), default=-1)
+            if got == expected:
+                return
+            described = ("a causal decoder" if expected == -1
+                         else f"position {expected} already sees a later token")
+            # What each usual slip returns on this decoder, with its hint; the first match wins.
+            mistakes = [(min((t for t, _ in pairs), default=-1),
+                         "every position may read its own token: after changing token j, "
+                         "compare only the positions before j")]
+            if future:
+                first_j = min(j for _, j in future)
+                mistakes += [
+                    (min(t for t, j in future if j == first_j),
+                     "a later token can leak further back: try every position before deciding "
+                     "which position is the first"),
+                    (min(j for _, j in future),
+                     "that is the position you changed; return the position whose logits moved"),
+                    (max(t for t, _ in future),
+                     "return the first (smallest) position that sees the future, not the last"),
+                    (-1, "this decoder does leak: change each position in turn, not only the "
+                         "last, to a token different from the old one"),
+                ]
+            hint = next((h for value, h in mistakes if value == got), None)
+            raise _Failure(f"returned {got}, expected {expected} ({described})", hint)
         return run
 
-    return _run("transform_qk", transform_qk, [
-        ("Q (5, 4), K (7, 4)", case((5, 4), (7, 4))),
-        ("batched: Q (2, 3, 5, 8), K (2, 3, 6, 8)", case((2, 3, 5, 8), (2, 3, 6, 8))),
+    return _run("first_future_leak", first_future_leak, [
+        ("a causal decoder", case([])),
+        ("no mask at all", case([], "none")),
+        ("mask off by one (t sees t + 1)", case([], "off by one")),
+        ("position 3 sees position 5", case([(3, 5)])),
+        ("position 1 sees 6, position 3 sees 4", case([(1, 6), (3, 4)])),
+        ("position 0 sees the last token", case([(0, 7)])),
+        ("one position: T = 1", case([], n=1)),
     ])

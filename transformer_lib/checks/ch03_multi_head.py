@@ -1,21 +1,14 @@
 """Checkers for the exercises of chapter 3, multi-head attention
-(``chapters/03_multi_head.ipynb``): the parameters of a multi-head layer, one head's slice of a
-fused projection, multi-head attention from fused weights, ``repeat_kv`` for grouped-query
-attention, and splitting and merging heads."""
+(``chapters/03_multi_head.ipynb``): the memory of one attention layer, splitting a fused
+GPT-2 style ``c_attn`` output into heads, and converting a fused weight from GPT-2's layout
+to the per-head layout."""
 from __future__ import annotations
 
-import math
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from transformer_lib.attention import (
-    MultiHeadAttention,
-    causal_mask,
-    repeat_kv,
-    scaled_dot_product_attention,
-)
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -24,278 +17,239 @@ from transformer_lib.checks._harness import (
     _expect_value_error,
     _Failure,
     _generator,
+    _items,
     _run,
 )
-from transformer_lib.checks._reference import _merge_heads, _split_heads
+from transformer_lib.checks._reference import _split_heads
 
-# Parameters of a multi-head layer ------------------------------------------------------------
+ROLES = ("queries", "keys", "values")  # the three blocks of a fused projection, in order
+
+# The memory of one attention layer ----------------------------------------------------------
 
 
-def check_mha_param_count(mha_param_count: Callable[[int, int, bool], int]) -> CheckResult:
-    """Check ``mha_param_count(d_model, n_heads, bias)`` against the number of parameters of
-    ``MultiHeadAttention(d_model, n_heads, bias=bias)``."""
+def _memory_hints(B: int, T: int, C: int, H: int, H_kv: int, nbytes: int) -> dict[int, str]:
+    """Wrong byte counts, each with its hint; where two coincide, the later one wins."""
+    D = C // H
+    weights, kv = B * H * T * T, 2 * B * H_kv * T * D  # numbers in each part
+    return {
+        nbytes * (B * H * T * T + 2 * B * H * T * D):
+            "keys and values are stored once per key/value head: H_kv · D channels each, "
+            "not H · D (the query heads of a group share them)",
+        nbytes * (B * H_kv * T * T + kv):
+            "every query head has its own weights: H tables of T × T, not H_kv (keys and "
+            "values are shared by a group of query heads, the weights are not)",
+        nbytes * (B * T * T + kv):
+            "there is one T × T table of weights per head: H of them per sequence",
+        nbytes * (weights + kv // 2):
+            "keys and values are two tensors, (B, H_kv, T, D) each: count both",
+        nbytes * weights:
+            "the keys and values count too: two tensors of shape (B, H_kv, T, D)",
+        nbytes * kv:
+            "the attention weights count too: (B, H, T, T) numbers",
+        weights + kv:
+            "that is a count of numbers: multiply by bytes_per_number to get bytes",
+    }
 
-    def case(C: int, H: int, bias: bool) -> Callable[[], None]:
+
+def check_attention_memory(attention_memory: Callable[..., int]) -> CheckResult:
+    """Check ``attention_memory(batch, seq_len, d_model, n_heads, n_kv_heads,
+    bytes_per_number)``: the bytes of the attention weights ``(B, H, T, T)`` plus the keys
+    and values ``(B, H_kv, T, D)`` of one self-attention layer."""
+
+    def case(B: int, T: int, C: int, H: int, H_kv: int, nbytes: int) -> Callable[[], None]:
         def run() -> None:
-            got = _call(mha_param_count, [C, H, bias], ["d_model", "n_heads", "bias"])
-            with torch.random.fork_rng(devices=[]):  # the layer's init leaves no trace
-                want = sum(p.numel() for p in MultiHeadAttention(C, H, bias=bias).parameters())
+            got = _call(attention_memory, [B, T, C, H, H_kv, nbytes],
+                        ["batch", "seq_len", "d_model", "n_heads", "n_kv_heads",
+                         "bytes_per_number"])
             if isinstance(got, Tensor) and got.numel() == 1:
                 got = got.item()
             if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
-                raise _Failure(f"expected a whole number of parameters, got {_describe(got)}")
+                raise _Failure(f"expected a whole number of bytes, got {_describe(got)}")
+            D = C // H
+            want = nbytes * (B * H * T * T + 2 * B * H_kv * T * D)
             if got == want:
                 return
-            D, b = C // H, 4 * C if bias else 0
-            hints = {
-                H * want: "the count grows with the heads, but the H heads are slices of the "
-                          "same four C × C projections: it does not depend on n_heads",
-                4 * C * D + b // H: "that is one head's share: all H heads together use the "
-                                    "whole C × C matrices",
-                3 * C * C + 3 * C * bias: "the output projection W_O counts too: four "
-                                          "projections, not three",
-                4 * C * C + 4 * C: "with bias=False the projections have no bias vectors",
-                4 * C * C: "each projection also has a bias of C numbers when bias=True",
-            }
+            hints = _memory_hints(B, T, C, H, H_kv, nbytes)
             hints.pop(want, None)
-            raise _Failure(f"expected {want} parameters, got {got:g}", hints.get(got))
+            raise _Failure(f"expected {want:,} bytes, got {got:,.0f}", hints.get(got))
         return run
 
-    return _run("mha_param_count", mha_param_count, [
-        ("d_model 64, 1 head, bias", case(64, 1, True)),
-        ("d_model 64, 8 heads, bias", case(64, 8, True)),
-        ("d_model 48, 6 heads, no bias", case(48, 6, False)),
+    return _run("attention_memory", attention_memory, [
+        ("batch 2, 16 tokens, C = 64, 8 heads, 2 key/value heads, fp32",
+         case(2, 16, 64, 8, 2, 4)),
+        ("batch 1, 128 tokens, C = 512, 8 heads, 8 key/value heads, bf16",
+         case(1, 128, 512, 8, 8, 2)),
+        ("batch 3, 10 tokens, C = 48, 6 heads, 1 key/value head, fp32",
+         case(3, 10, 48, 6, 1, 4)),
     ])
 
 
-# One head's slice of a fused projection ------------------------------------------------------
+# Splitting a fused q, k, v output into heads --------------------------------------------------
 
 
-def check_head_weight(head_weight: Callable[[Tensor, int, int], Tensor]) -> CheckResult:
-    """Check ``head_weight(weight, n_heads, h)``: the ``(D, C)`` block of a fused projection's
-    weight ``(C, C)`` (``nn.Linear`` layout) that makes head ``h``'s queries, rows
-    ``h·D … h·D + D − 1``."""
-    g = _generator()
-
-    def case(C: int, H: int, h: int) -> Callable[[], None]:
-        w = torch.randn(C, C, generator=g)  # (C out, C in)
-
-        def run() -> None:
-            got = _call(head_weight, [w, H, h], ["weight", "n_heads", "h"])
-            D = C // H
-            rows = slice(h * D, (h + 1) * D)
-            mistakes = [(w[:, rows].T, "nn.Linear stores its weight as (out_features, "
-                                       "in_features): a head's outputs are *rows* of it"),
-                        (w[h::H], "head h owns D consecutive rows h·D … h·D + D − 1, not "
-                                  "every H-th row")]
-            if h + 1 < H:
-                mistakes.append((w[(h + 1) * D:(h + 2) * D], "heads are counted from 0: "
-                                                             "head h starts at row h·D"))
-            if h > 0:
-                mistakes.append((w[(h - 1) * D:h * D], "heads are counted from 0: head h "
-                                                       "starts at row h·D"))
-            _compare(got, w[rows], "the head's weight", letters="(D, C)",
-                     axes=("row", "column"), mistakes=mistakes,
-                     shape_hints={(C, D): "nn.Linear stores its weight as (out_features, "
-                                          "in_features): take rows, not columns"})
-        return run
-
-    return _run("head_weight", head_weight, [
-        ("C = 12, 3 heads, head 1", case(12, 3, 1)),
-        ("C = 8, 4 heads, head 3", case(8, 4, 3)),
-        ("C = 8, 2 heads, head 0", case(8, 2, 0)),
-    ])
+def _split_qkv(qkv: Tensor, H: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The reference: GPT-2's ``c_attn`` output ``(B, T, 3C)`` = [queries | keys | values],
+    each split into heads ``(B, H, T, D)``."""
+    C = qkv.shape[-1] // 3
+    return tuple(_split_heads(t, H) for t in qkv.split(C, dim=-1))  # 3 x (B, H, T, D)
 
 
-# Multi-head attention from fused weights -----------------------------------------------------
+def _split_qkv_mistakes(qkv: Tensor, H: int) -> list[tuple[tuple[Tensor, ...], str]]:
+    """The triples that the usual mistakes give, each with its hint."""
+    B, T, three_c = qkv.shape
+    C, D = three_c // 3, three_c // (3 * H)
+    blocks = qkv.split(C, dim=-1)  # 3 x (B, T, C)
+    per_head = qkv.view(B, T, H, 3 * D).transpose(1, 2).split(D, dim=-1)  # 3 x (B, H, T, D)
+    by_channel = qkv.view(B, T, C, 3).unbind(dim=-1)  # 3 x (B, T, C), every third channel
+    return [
+        (per_head, "this reads the output in the per-head layout, view(B, T, H, 3·D) with "
+                   "q, k, v side by side inside each head. GPT-2's c_attn puts all C queries "
+                   "first, then all keys, then all values: cut the last axis into three "
+                   "blocks of C, then split each block into heads"),
+        (tuple(b.reshape(B, H, T, D) for b in blocks),
+         "each block was reshaped straight from (B, T, C) to (B, H, T, D): the shape is right, "
+         "but a head now holds pieces of several positions. Reshape to (B, T, H, D), then "
+         "transpose(1, 2)"),
+        (tuple(_split_heads(b, H) for b in by_channel),
+         "q, k and v were taken channel by channel (every third channel): in c_attn's output "
+         "they are three consecutive blocks of C channels"),
+        (tuple(b.reshape(B, T, D, H).permute(0, 3, 1, 2) for b in blocks),
+         "head h got every H-th channel of its block; it owns the D consecutive channels "
+         "h·D … h·D + D − 1: reshape to (B, T, H, D), not (B, T, D, H)"),
+    ]
 
 
-def _multi_head(x: Tensor, ws: Sequence[Tensor], H: int, mask: Tensor | None, *,
-                split_ok: bool = True, merge_ok: bool = True, scale_by_c: bool = False,
-                transpose_w: bool = True) -> Tensor:
-    """Multi-head attention without biases, or one of its usual mistakes."""
-    B, T, C = x.shape
-    D = C // H
-    q, k, v = (x @ (w.T if transpose_w else w) for w in ws[:3])  # (B, T, C)
-
-    def split(t: Tensor) -> Tensor:
-        return _split_heads(t, H) if split_ok else t.reshape(B, H, T, D)  # (B, H, T, D)
-
-    q, k, v = split(q), split(k), split(v)  # (B, H, T, D)
-    if scale_by_c:
-        q = q * math.sqrt(D / C)  # scores / √C instead of / √D
-    out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D)
-    out = _merge_heads(out) if merge_ok else out.reshape(B, T, C)  # (B, T, C)
-    return out @ (ws[3].T if transpose_w else ws[3])  # (B, T, C)
-
-
-def check_multi_head(multi_head: Callable[..., Tensor]) -> CheckResult:
-    """Check ``multi_head(x, w_q, w_k, w_v, w_o, n_heads, mask=None)``, self-attention with
-    four fused ``(C, C)`` weights in ``nn.Linear`` layout and no biases, against
-    :class:`transformer_lib.attention.MultiHeadAttention` with the same weights."""
-    g = _generator()
-
-    def case(B: int, T: int, C: int, H: int, mask: Tensor | None) -> Callable[[], None]:
-        x = torch.randn(B, T, C, generator=g)  # (B, T, C)
-        ws = [torch.randn(C, C, generator=g) / math.sqrt(C) for _ in range(4)]  # (C, C) each
-
-        def run() -> None:
-            got = _call(multi_head, [x, *ws, H, mask],
-                        ["x", "w_q", "w_k", "w_v", "w_o", "n_heads", "mask"])
-            with torch.random.fork_rng(devices=[]), torch.no_grad():
-                layer = MultiHeadAttention(C, H, bias=False)
-                for proj, w in zip((layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj), ws):
-                    proj.weight.copy_(w)
-                want = layer(x, mask=mask)  # (B, T, C)
-            _compare(got, want, "the output", letters="(B, T, C)",
-                     axes=("batch", "position", "channel"), mistakes=[
-                         (_multi_head(x, ws, H, mask, split_ok=False),
-                          "the heads were split with a reshape straight to (B, H, T, D): "
-                          "reshape to (B, T, H, D), then transpose(1, 2)"),
-                         (_multi_head(x, ws, H, mask, merge_ok=False),
-                          "the heads were merged without the transpose: transpose(1, 2) back "
-                          "to (B, T, H, D), then reshape to (B, T, C)"),
-                         (_multi_head(x, ws, H, mask, scale_by_c=True),
-                          f"the scores were divided by √C: each head divides by its own width, "
-                          f"√D = √{C // H}"),
-                         (_multi_head(x, ws, H, mask, transpose_w=False),
-                          "nn.Linear computes x Wᵀ: multiply by w.T (or use F.linear(x, w))"),
-                     ])
-        return run
-
-    return _run("multi_head", multi_head, [
-        ("x (2, 5, 12), 3 heads, no mask", case(2, 5, 12, 3, None)),
-        ("x (1, 6, 8), 2 heads, causal mask", case(1, 6, 8, 2, causal_mask(6))),
-        ("x (2, 4, 8), 4 heads of width 2", case(2, 4, 8, 4, None)),
-    ])
-
-
-# Grouped-query attention: repeat_kv ---------------------------------------------------------
-
-
-def check_repeat_kv(repeat_kv_fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
-    """Check ``repeat_kv(x, n_rep)``, ``(B, H_kv, S, D) -> (B, H_kv * n_rep, S, D)``, against
-    :func:`transformer_lib.attention.repeat_kv`: heads interleaved (kv0, kv0, kv1, kv1, …),
-    so that query head h reads key/value head h // n_rep."""
-    g = _generator()
-
-    def case(shape: tuple[int, int, int, int], n_rep: int) -> Callable[[], None]:
-        x = torch.randn(*shape, generator=g)  # (B, H_kv, S, D)
-
-        def run() -> None:
-            got = _call(repeat_kv_fn, [x, n_rep], ["x", "n_rep"])
-            B, H_kv, S, D = shape
-
-            def head_order(out: Tensor) -> str | None:
-                held = []
-                for h in range(out.shape[1]):
-                    same = [j for j in range(H_kv) if torch.allclose(out[:, h], x[:, j].double())]
-                    held.append(str(same[0]) if same else "?")
-                want = [str(h // n_rep) for h in range(H_kv * n_rep)]
-                if held != want:
-                    return (f"output heads hold key/value heads [{', '.join(held)}]; expected "
-                            f"[{', '.join(want)}] (query head h reads key/value head h // n_rep)")
-                return None
-
-            _compare(got, repeat_kv(x, n_rep), "the output", letters="(B, H_kv·n_rep, S, D)",
-                     axes=("batch", "head", "position", "feature"), properties=[head_order],
-                     mistakes=[(x.repeat(1, n_rep, 1, 1),  # (B, n_rep·H_kv, S, D)
-                                "the heads are tiled (kv0, kv1, kv0, kv1, …): repeat each head in "
-                                "place instead (kv0, kv0, kv1, kv1, …), so that the n_rep query "
-                                "heads of a group, which sit next to each other, share it")],
-                     shape_hints={  # later entries win where two shapes coincide
-                         (B, H_kv, S * n_rep, D): "you repeated the positions (dim 2); repeat "
-                                                  "the heads (dim 1)",
-                         (B, n_rep, H_kv, S, D): "merge the two head axes, with the repeats "
-                                                 "inside each key/value head: (B, H_kv, n_rep, "
-                                                 "S, D), then reshape",
-                         (B, H_kv, n_rep, S, D): "merge the two head axes: reshape to "
-                                                 "(B, H_kv * n_rep, S, D)",
-                     })
-        return run
-
-    return _run("repeat_kv", repeat_kv_fn, [
-        ("2 key/value heads, n_rep = 2, x (2, 2, 3, 4)", case((2, 2, 3, 4), 2)),
-        ("3 key/value heads, n_rep = 4, x (1, 3, 5, 2)", case((1, 3, 5, 2), 4)),
-        ("multi-query: 1 key/value head, n_rep = 4", case((2, 1, 3, 4), 4)),
-        ("n_rep = 1 gives x back", case((2, 4, 3, 2), 1)),
-    ])
-
-
-# Multi-head attention: split and merge heads ------------------------------------------------
-
-
-def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> CheckResult:
-    """Check ``split_heads(x, n_heads)``, ``(B, T, C) -> (B, H, T, D)`` with ``D = C / H``:
-    head h of position t holds channels h·D … h·D + D − 1 of x[:, t]. A ``C`` that ``n_heads``
-    does not divide must raise a ValueError that names both sizes."""
+def check_split_qkv(split_qkv: Callable[[Tensor, int], tuple]) -> CheckResult:
+    """Check ``split_qkv(qkv, n_heads) -> (q, k, v)``: ``qkv`` ``(B, T, 3C)`` is the output of
+    a fused GPT-2 style projection (all C query channels, then the keys, then the values);
+    each of q, k, v comes back ``(B, H, T, D)``, head h owning channels h·D … h·D + D − 1 of
+    its block. A last axis that ``3 · n_heads`` does not divide raises a ValueError naming
+    its size and ``n_heads``."""
     g = _generator()
 
     def case(shape: tuple[int, int, int], H: int) -> Callable[[], None]:
-        x = torch.randn(*shape, generator=g)  # (B, T, C)
+        qkv = torch.randn(*shape, generator=g)  # (B, T, 3C)
 
         def run() -> None:
-            got = _call(split_heads, [x, H], ["x", "n_heads"])
-            B, T, C = shape
-            D = C // H
-            _compare(got, _split_heads(x, H), "the output", letters="(B, H, T, D)",
-                     axes=("batch", "head", "position", "feature"),
-                     mistakes=[
-                         (x.reshape(B, H, T, D),  # (B, H, T, D), heads mixed with positions
-                          "this is x reshaped straight from (B, T, C) to (B, H, T, D): the shape "
-                          "is right, but a head now holds pieces of several positions. Reshape "
-                          "to (B, T, H, D) first, then transpose(1, 2)"),
-                         (x.reshape(B, T, D, H).permute(0, 3, 1, 2),  # (B, H, T, D), strided
-                          "head h got every H-th channel (h, h + H, …); it must own the D "
-                          "consecutive channels h·D … h·D + D − 1: reshape to (B, T, H, D), not "
-                          "(B, T, D, H)"),
-                     ],
-                     shape_hints={(B, T, H, D): "these are the heads before the transpose: move "
-                                                "the heads in front of the positions with "
-                                                ".transpose(1, 2)"})
+            got = _call(split_qkv, [qkv, H], ["qkv", "n_heads"])
+            got = _items(got, 3, "the triple (q, k, v)")
+            B, T, three_c = shape
+            C, D = three_c // 3, three_c // (3 * H)
+            want = _split_qkv(qkv, H)
+            wrong = _split_qkv_mistakes(qkv, H)
+            for i, (role, mine, expected) in enumerate(zip("qkv", got, want)):
+                # The right heads of another block: q, k and v in the wrong order.
+                order = [(other, f"{role} holds the {ROLES[j]}: c_attn's output is queries, "
+                                 "then keys, then values, C channels each")
+                         for j, other in enumerate(want) if j != i]
+                _compare(mine, expected, role, letters="(B, H, T, D)",
+                         axes=("batch", "head", "position", "feature"),
+                         mistakes=[(w[i], hint) for w, hint in wrong] + order,
+                         shape_hints={  # later entries win where two shapes coincide
+                             (B, T, C): "split the block into heads too: (B, H, T, D)",
+                             (B, H, T, 3 * D): "each head's 3·D channels still hold q, k and "
+                                               "v together: split the last axis",
+                             (B, T, H, D): "these are the heads before the transpose: move "
+                                           "the heads in front of the positions with "
+                                           ".transpose(1, 2)",
+                         })
         return run
 
     def not_divisible() -> None:
-        x = torch.randn(2, 5, 10, generator=g)  # (B, T, C) with C = 10
-        _expect_value_error(split_heads, [x, 3], "C = 10 cannot be split into 3 heads",
-                            must_name=["10", "3"])
+        qkv = torch.randn(2, 5, 30, generator=g)  # 3C = 30: C = 10 is not 4 heads
+        _expect_value_error(split_qkv, [qkv, 4], "a last axis of 30 = 3 × 10 cannot be "
+                            "split into 4 heads", must_name=["30", "4"])
 
-    return _run("split_heads", split_heads, [
-        ("x (2, 5, 12) into 3 heads of width 4", case((2, 5, 12), 3)),
-        ("x (1, 4, 8) into 2 heads of width 4", case((1, 4, 8), 2)),
-        ("one head: x (2, 3, 6)", case((2, 3, 6), 1)),
-        ("C = 10 and n_heads = 3 raise a ValueError", not_divisible),
+    return _run("split_qkv", split_qkv, [
+        ("qkv (2, 5, 36): C = 12 in 3 heads of width 4", case((2, 5, 36), 3)),
+        ("qkv (1, 4, 24): C = 8 in 2 heads of width 4", case((1, 4, 24), 2)),
+        ("qkv (2, 3, 24): C = 8 in 4 heads of width 2", case((2, 3, 24), 4)),
+        ("qkv (2, 5, 30) and 4 heads raise a ValueError", not_divisible),
     ])
 
 
-def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> CheckResult:
-    """Check ``merge_heads(x)``, ``(B, H, T, D) -> (B, T, H·D)``, the inverse of
-    ``split_heads``: ``merge_heads(split_heads(x, H)) == x``, non-contiguous inputs (the
-    output of a transpose, as attention produces them) included."""
+# Converting a fused weight between the two layouts ------------------------------------------
+
+
+def _to_per_head(t: Tensor, H: int) -> Tensor:
+    """The reference: the rows of a fused ``(3C, ...)`` tensor in GPT-2's order (all
+    queries, keys, values) reordered head by head (head 0's q, k, v, then head 1's, …)."""
+    D = t.shape[0] // (3 * H)
+    return t.reshape(3, H, D, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
+
+
+def _block_order(source: Tensor, H: int) -> Callable[[Tensor], str | None]:
+    """A property: the output's blocks of D rows are the source's (role, head) blocks in the
+    per-head order, head 0's queries, keys, values, then head 1's, and so on."""
+    D = source.shape[0] // (3 * H)
+    blocks = source.double().reshape(3, H, D, -1)  # (role, head, D, rest)
+
+    def name(role: int, head: int) -> str:
+        return f"the {ROLES[role]} of head {head}"
+
+    def prop(out: Tensor) -> str | None:
+        got = out.reshape(H, 3, D, -1)  # (head, role, D, rest) if the layout is right
+        for head in range(H):
+            for role in range(3):
+                piece = got[head, role]
+                if torch.allclose(piece, blocks[role, head]):
+                    continue
+                rows = f"rows {(3 * head + role) * D}–{(3 * head + role + 1) * D - 1}"
+                held = [(r, h) for r in range(3) for h in range(H)
+                        if torch.allclose(piece, blocks[r, h])]
+                if not held:
+                    return (f"{rows} are not one block of D = {D} rows of the input: the "
+                            f"per-head layout puts {name(role, head)} there")
+                return (f"{rows} hold {name(*held[0])}; the per-head layout puts "
+                        f"{name(role, head)} there (head 0's queries, keys, values, then "
+                        "head 1's, …)")
+        return None
+    return prop
+
+
+def check_to_per_head_layout(to_per_head_layout: Callable[[Tensor, int], Tensor]
+                             ) -> CheckResult:
+    """Check ``to_per_head_layout(t, n_heads)``: ``t`` ``(3C, ...)``, a fused q, k, v weight
+    ``(3C, C)`` or bias ``(3C,)`` in ``nn.Linear`` layout and GPT-2's row order (all
+    queries, then keys, then values), comes back with the same shape and its rows in the
+    per-head order that ``qkv.view(B, T, H, 3·D)`` reads: head 0's queries, keys and values,
+    then head 1's, and so on."""
     g = _generator()
 
-    def case(x: Tensor) -> Callable[[], None]:
+    def case(shape: tuple[int, ...], H: int) -> Callable[[], None]:
+        t = torch.randn(*shape, generator=g)  # (3C, C) or (3C,)
+
         def run() -> None:
-            got = _call(merge_heads, [x], ["x"])
-            B, H, T, D = x.shape
-            _compare(got, _merge_heads(x), "the output", letters="(B, T, H·D)",
-                     axes=("batch", "position", "channel"),
+            got = _call(to_per_head_layout, [t, H], ["t", "n_heads"])
+            three_c, rest = shape[0], tuple(shape[1:])
+            C, D = three_c // 3, three_c // (3 * H)
+            axes = ("row", "column")[:len(shape)]
+            letters = "(3C, C)" if len(shape) == 2 else "(3C,)"
+            _compare(got, _to_per_head(t, H), "the output", letters=letters,
+                     axes=axes, properties=[_block_order(t, H)],
                      mistakes=[
-                         (x.reshape(B, T, H * D),  # (B, T, C), heads mixed with positions
-                          "reshaping (B, H, T, D) straight to (B, T, C) mixes heads and "
-                          "positions: transpose(1, 2) to (B, T, H, D) first, then reshape"),
-                         (x.permute(0, 2, 3, 1).reshape(B, T, H * D),  # (B, T, C) via (B, T, D, H)
-                          "the channels of each head must stay together: go through "
-                          "(B, T, H, D), not (B, T, D, H)"),
+                         (t, "the rows are still in GPT-2's order: a layer that reads "
+                             "view(B, T, H, 3·D) would take head 0's 'keys' and 'values' "
+                             "from the queries of other heads, and attention would run "
+                             "without an error on the wrong numbers"),
+                         (t.reshape(H, 3, D, *rest).transpose(0, 1).reshape(shape),
+                          "that is the conversion the other way, from the per-head layout "
+                          "to GPT-2's: the input is in GPT-2's order (role first, then head)"),
+                         (t.reshape(3, C, *rest).transpose(0, 1).reshape(shape),
+                          "q, k and v were interleaved row by row: each head's D rows of "
+                          "queries (and of keys, of values) must stay together"),
                      ],
-                     shape_hints={(B, T, H, D): "the heads are in place, now merge the last two "
-                                                "axes: .reshape(B, T, H * D)"})
+                     shape_hints={
+                         (H, 3, D, *rest): "the rows are in the right order: reshape back "
+                                           "to the input's shape",
+                         (3, H, D, *rest): "reshape back to the input's shape, with the "
+                                           "head axis before the role axis",
+                     })
         return run
 
-    y = torch.randn(1, 6, 8, generator=g)  # (B, T, C)
-    return _run("merge_heads", merge_heads, [
-        ("x (2, 3, 5, 4) to (2, 5, 12)", case(torch.randn(2, 3, 5, 4, generator=g))),
-        ("a non-contiguous input, as split_heads returns it",
-         case(_split_heads(y, 2))),  # (B, H, T, D), a transposed view
-        ("one head: x (2, 1, 3, 6)", case(torch.randn(2, 1, 3, 6, generator=g))),
+    return _run("to_per_head_layout", to_per_head_layout, [
+        ("weight (24, 8): C = 8 in 2 heads of width 4", case((24, 8), 2)),
+        ("bias (36,): C = 12 in 4 heads of width 3", case((36,), 4)),
+        ("weight (36, 12): C = 12 in 2 heads of width 6", case((36, 12), 2)),
+        ("weight (48, 16): C = 16 in 4 heads of width 4", case((48, 16), 4)),
     ])
