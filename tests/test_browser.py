@@ -3,8 +3,10 @@
 Serves ``_build/html`` on 127.0.0.1 and drives Debian's Chromium (``/usr/bin/chromium``,
 ``apt-get install -y chromium``) through Playwright; no browser is ever downloaded. On every
 page: no console errors, no failed or outside requests, math typeset by MathJax, every image
-loaded, launch links well formed. On pages with widgets: every slider and toggle changes the
-picture, with no Python kernel behind the page.
+loaded, launch links well formed. On pages with widgets: every control is reached with Tab and
+moved with the arrow keys, and each move changes the picture, with no Python kernel behind
+the page. At a phone's width (390 px) no page scrolls sideways, and widget controls keep
+usable tracks.
 
 Without Chromium or Playwright the test skips with the reason, except in CI (``CI`` set),
 where it fails instead.
@@ -34,6 +36,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # html-manager can log this when a Stack-linked control moves fast; the picture still updates.
 HARMLESS_CONSOLE = [re.compile(r"processLuminoMessage")]
+PHONE = {"width": 390, "height": 844}  # CSS pixels of a common phone, upright
+MIN_TRACK = 150  # px: the narrowest slider track still usable with a thumb
 
 
 def _widget_docnames() -> list[str]:
@@ -189,8 +193,13 @@ def test_page(server, browser, docname):
             assert binder == [expected["binder"]], binder
             assert re.fullmatch(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/"
                                 r"[\w.-]+/[\w/.-]+\.ipynb", colab[0])
-        else:
-            assert not any("colab.research.google.com" in h or "mybinder.org" in h for h in hrefs)
+        else:  # no launch buttons on a Markdown page; only the exercise page links Colab
+            assert not any("mybinder.org" in h for h in hrefs)
+            colab = [h for h in hrefs if "colab.research.google.com" in h]
+            if docname == "appendix/exercise_notebooks":
+                assert colab and all("/exercises/" in h for h in colab), colab
+            else:
+                assert not colab, colab
 
         page.wait_for_timeout(300)  # late console messages
         assert not problems, "\n".join(problems)
@@ -235,44 +244,104 @@ def test_widget_pages_are_found():
     assert {"appendix/interactive_figures", "chapters/02_qkv_roles"} <= set(WIDGET_PAGES)
 
 
+def _tab_to_next_control(page, root) -> str | None:
+    """Press Tab; the kind of control that takes the focus ("slider", "select", or the tag of
+    anything else focusable), or None once the focus has left the widget ``root``."""
+    page.keyboard.press("Tab")
+    return root.evaluate("""r => {
+        const e = document.activeElement;
+        if (!e || !r.contains(e)) return null;
+        e.setAttribute('data-tabbed', '');
+        if (e.classList.contains('noUi-handle')) return 'slider';
+        return e.tagName.toLowerCase();
+    }""")
+
+
 @pytest.mark.parametrize("docname", WIDGET_PAGES)
-def test_widget_controls_change_the_picture(server, browser, docname):
+def test_widget_controls_move_by_keyboard_and_change_the_picture(server, browser, docname):
+    """From just before each widget, Tab through it: every slider and dropdown takes the focus
+    in turn, ArrowRight changes the picture, ArrowLeft puts it back."""
     page, problems = browser.open(f"{server}/{docname}.html")
     try:
         _wait_for_widgets(page)
         roots = _widget_roots(page)
         assert roots.count() >= 1
-        moved = 0
         for r in range(roots.count()):
             root = roots.nth(r)
             root.scroll_into_view_if_needed()
-            moved_before = moved
-            # Sliders: focus the handle, step it with the keyboard, compare the pictures.
-            handles = root.locator(".noUi-handle")
-            for h in range(handles.count()):
-                handle = handles.nth(h)
-                if not handle.is_visible():
+            # Toggle buttons take the focus one button at a time and ignore the arrow keys.
+            assert root.locator(".widget-toggle-buttons").count() == 0, (
+                f"widget {r} has ToggleButtons, which the arrow keys do not move: use a Dropdown")
+            root.evaluate("""r => {  // a focus point just before the widget
+                const start = document.createElement('span');
+                start.tabIndex = -1;
+                r.parentElement.insertBefore(start, r);
+                start.focus();
+            }""")
+            moved = 0
+            for _ in range(40):
+                kind = _tab_to_next_control(page, root)
+                if kind is None:
+                    break
+                if kind not in ("slider", "select"):
                     continue
                 before = _picture(root)
-                handle.focus()
-                handle.press("ArrowRight")
+                page.keyboard.press("ArrowRight")
                 after = _picture(root)
-                assert before != after, f"slider {h} of widget {r} did not change the picture"
-                handle.press("ArrowLeft")  # back, so the next control starts from frame 0
+                assert before != after, f"{kind} {moved} of widget {r}: ArrowRight left the picture"
+                page.keyboard.press("ArrowLeft")  # back, so the next control starts from frame 0
+                assert _picture(root) == before, f"{kind} {moved} of widget {r}: ArrowLeft did not undo"
                 moved += 1
-            # Toggle buttons: click each unselected one in turn.
-            toggles = root.locator(".widget-toggle-buttons button")
-            for t in range(toggles.count()):
-                button = toggles.nth(t)
-                if not button.is_visible() or "mod-active" in (button.get_attribute("class") or ""):
-                    continue
-                before = _picture(root)
-                button.click()
-                after = _picture(root)
-                assert before != after, f"toggle {t} of widget {r} did not change the picture"
-                moved += 1
-            assert moved > moved_before, f"widget {r} has no slider or toggle to move"
+            controls = root.locator(".noUi-handle, select")
+            visible = [controls.nth(i) for i in range(controls.count()) if controls.nth(i).is_visible()]
+            missed = [c.evaluate("e => e.closest('.jupyter-widgets').innerText")
+                      for c in visible if c.get_attribute("data-tabbed") is None]
+            assert visible and not missed, f"widget {r}: controls that Tab never reaches: {missed}"
+            assert moved == len(visible)
         assert not problems, "\n".join(problems)
         assert not browser.outside, f"requests that left the machine: {browser.outside}"
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
+def test_page_fits_a_phone(server, browser, docname):
+    """At 390 px nothing makes the page scroll sideways (wide code and tables scroll in their
+    own boxes), and widget controls stack with tracks wide enough to use."""
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        page.set_viewport_size(PHONE)
+        if docname in WIDGET_PAGES:
+            _wait_for_widgets(page)
+        page.wait_for_timeout(300)  # layout after the resize
+        scroll_width, view_width = page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]")
+        if scroll_width > view_width:
+            culprits = page.evaluate("""() => {
+                const W = window.innerWidth;
+                const boxed = e => {  // in a box that scrolls or clips on its own, or in a drawer
+                    for (let a = e; a; a = a.parentElement) {
+                        const style = getComputedStyle(a);
+                        if (a !== e && ['auto', 'scroll', 'hidden'].includes(style.overflowX)) return true;
+                        if (style.position === 'fixed') return true;
+                    }
+                    return false;
+                };
+                const wide = Array.from(document.querySelectorAll('body *')).filter(e =>
+                    e.getClientRects().length && e.getBoundingClientRect().right > W + 1 && !boxed(e));
+                return wide.filter(e => !wide.includes(e.parentElement)).slice(0, 5).map(e =>
+                    `<${e.tagName.toLowerCase()} class="${e.className}"> ${(e.textContent || '').trim().slice(0, 60)}`);
+            }""")
+            pytest.fail(f"{docname} is {scroll_width} px wide at {view_width} px: {culprits}")
+        if docname in WIDGET_PAGES:
+            tracks = page.eval_on_selector_all(
+                ".cell_output .widget-slider .noUi-target",
+                "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().width)")
+            assert tracks and min(tracks) >= MIN_TRACK, f"slider tracks of {tracks} px"
+            pictures = page.eval_on_selector_all(
+                ".cell_output img",
+                "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
+            assert pictures and max(pictures) <= PHONE["width"], f"pictures end at {pictures} px"
+        assert not problems, "\n".join(problems)
     finally:
         page.close()

@@ -238,3 +238,103 @@ def test_score_variance_on_given_axes_and_errors():
         plotting.score_variance([2, 8], [2.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="positive"):
         plotting.score_variance([0, 8], [2.0, 8.0], [1.0, 1.0])
+
+
+# The house look: sized for the book's column, readable text, colour-blind-safe colours ---
+
+# Sequential and diverging maps that stay readable with the common colour-vision deficiencies.
+SAFE_CMAPS = {"viridis", "cividis", "magma", "inferno", "plasma", "RdBu", "RdBu_r", "PuOr", "PuOr_r"}
+
+
+def _every_figure():
+    """One new figure from every figure function, with inputs large enough to grow it."""
+    noam = lambda step: 64**-0.5 * min(max(step, 1) ** -0.5, max(step, 1) * 40**-1.5)  # noqa: E731
+    labels = [f"t{i}" for i in range(24)]
+    return {
+        "attention_heatmap": plotting.attention_heatmap(
+            _softmax_rows(24, 24), labels, labels, title="a long map", show_values=True,
+            reference=np.eye(24)),
+        "positional_heatmap": plotting.positional_heatmap(_sinusoidal(64, 128), title="PE"),
+        "rope_rotation": plotting.rope_rotation([0.8, 0.3], range(8), 0.4, k=[-0.2, 0.9], title="RoPE"),
+        "lr_schedule": plotting.lr_schedule(noam, 400, title="Noam"),
+        "loss_curve": plotting.loss_curve({"loss": np.linspace(3, 1, 50)}, title="loss"),
+        "score_variance": plotting.score_variance([4, 16, 64], [4.1, 15.8, 63.0], [1.0, 1.0, 0.98]),
+    }
+
+
+def _hue_saturation(colour) -> tuple[float, float]:
+    r, g, b = matplotlib.colors.to_rgb(colour)
+    h, s, _ = matplotlib.colors.rgb_to_hsv([r, g, b])
+    return 360 * h, s
+
+
+def _artist_colours(ax) -> list:
+    colours = [line.get_color() for line in ax.lines]
+    for patch in ax.patches:
+        colours += [patch.get_edgecolor()] + ([patch.get_facecolor()] if patch.get_fill() else [])
+    for text in ax.texts:  # annotations: their arrows and their text
+        colours.append(text.get_color())
+        if getattr(text, "arrow_patch", None) is not None:
+            colours.append(text.arrow_patch.get_edgecolor())
+    return [c for c in colours if matplotlib.colors.to_rgba(c)[3] > 0]
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_figures_fit_the_content_column_with_readable_text(name):
+    """At most MAX_WIDTH = 7.5 in wide (750 px at 100 dpi, the column's width, so the figure is
+    never scaled down), and every tick label, colour bar included, and every note at >= 9 pt."""
+    fig, ax = _every_figure()[name]
+    assert plotting.MAX_WIDTH == 7.5
+    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9 and fig.dpi == 100
+    fig.canvas.draw()
+    for axes in fig.axes:  # the plot and its colour bar, if any
+        ticks = axes.get_xticklabels() + axes.get_yticklabels()
+        assert ticks and all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
+    texts = ax.texts + [ax.title, ax.xaxis.label, ax.yaxis.label]
+    assert all(t.get_fontsize() >= 9 for t in texts if t.get_text())
+
+
+def test_wide_heatmap_keeps_its_proportions_when_narrowed():
+    fig, _ = plotting.attention_heatmap(_softmax_rows(4, 30))  # asks for 14.5 x 2.4 in
+    width, height = fig.get_size_inches()
+    assert width == pytest.approx(plotting.MAX_WIDTH)
+    assert width / height == pytest.approx((1.0 + 0.45 * 30) / (0.6 + 0.45 * 4))
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_figures_use_colour_blind_safe_colours(name):
+    """Colour maps from the safe list, and never red and green together in one plot (the pair
+    that deuteranopia and protanopia, ~1 in 12 men, cannot tell apart)."""
+    assert {plotting.WEIGHT_CMAP, plotting.SIGNED_CMAP} <= SAFE_CMAPS
+    fig, ax = _every_figure()[name]
+    for image in ax.images:
+        assert image.get_cmap().name in SAFE_CMAPS
+    hues = [_hue_saturation(c) for c in _artist_colours(ax)]
+    red = any((h <= 20 or h >= 340) and s > 0.5 for h, s in hues)
+    green = any(70 <= h <= 170 and s > 0.35 for h, s in hues)
+    assert not (red and green), f"{name} draws red and green together"
+
+
+def test_scaling_curve_draws_measurements_over_a_power_law():
+    from transformer_lib.plotting import scaling_curve
+
+    sizes = [128, 256, 512, 1024]
+    times = [1e-4, 3e-4, 1.2e-3, 4.8e-3]
+    fig, ax = scaling_curve(sizes, times, power=2, title="t")
+    reference, measured = ax.get_lines()
+    np.testing.assert_allclose(measured.get_ydata(), times)
+    np.testing.assert_allclose(reference.get_ydata(), [4.8e-3 / 64, 4.8e-3 / 16, 4.8e-3 / 4, 4.8e-3])
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "slope 2" in reference.get_label()
+    with pytest.raises(ValueError, match="sizes has 2 entries but values has 1"):
+        scaling_curve([1, 2], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        scaling_curve([1, 0], [1.0, 2.0])
+
+
+def test_attention_heatmap_without_colour_bar_for_a_row_of_maps():
+    fig, axes = plt.subplots(1, 3)
+    for i, ax in enumerate(axes):
+        plotting.attention_heatmap(torch.full((2, 3), 1 / 3), ax=ax, colorbar=i == 2)
+    assert len(fig.axes) == 4  # three maps and one colour bar
+    plt.close(fig)

@@ -5,7 +5,8 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
-from ipywidgets.embed import embed_data
+from ipywidgets.embed import dependency_state, embed_data
+from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
 from PIL import Image
 
@@ -108,9 +109,13 @@ _LUT = colormaps[WEIGHT_CMAP](np.linspace(0, 1, 256))[:, :3] * 255  # (256, 3) R
 def _pixels(png: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Each pixel's weight read through the colour map (nearest of 256 entries), and whether
     its colour is on the colour map at all (dimmed rows, labels and background are not)."""
-    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(float)  # (h, w, 3)
-    dist = np.linalg.norm(rgb[:, :, None, :] - _LUT[None, None], axis=-1)  # (h, w, 256)
-    return dist.argmin(-1) / 255, dist.min(-1) < 12  # palette PNG: a few units of rounding
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))  # (h, w, 3)
+    # A palette PNG has at most COLOURS colours: decode each colour once, then every pixel.
+    colours, index = np.unique(rgb.reshape(-1, 3), axis=0, return_inverse=True)  # (K, 3), (h*w,)
+    dist = np.linalg.norm(colours[:, None, :].astype(float) - _LUT[None], axis=-1)  # (K, 256)
+    values = (dist.argmin(-1) / 255)[index.reshape(-1)].reshape(rgb.shape[:2])  # (h, w)
+    on_map = (dist.min(-1) < 12)[index.reshape(-1)].reshape(rgb.shape[:2])  # a few units of rounding
+    return values, on_map
 
 
 def _heatmap_box(png: bytes) -> tuple[int, int, int, int]:
@@ -166,6 +171,7 @@ def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model
     live["text"].value = "3 10 7"
     live["button"].click()
     assert live["image"].layout.display is None
+    assert live["image"].layout.max_width == f"{W._png_width(bytes(live['image'].value))}px"
     tokens = torch.tensor([[3, 10, 7]])
     with torch.no_grad():
         out = model.greedy_decode(tokens, 3, BOS)  # (1, 4)
@@ -267,3 +273,147 @@ def test_rope_explorer_rejects_bad_arguments():
         W.rope_explorer(theta=1.0)
     with pytest.raises(ValueError, match=r"= 1024 frames"):  # 2 × 16 × 32
         W.rope_explorer(head_dim=64)
+
+
+# Layout: pictures that fill the column, controls that wrap and move by keyboard, page weight
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    return Image.open(io.BytesIO(png)).size
+
+
+def _every_widget(widget) -> list[widgets.Widget]:
+    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
+
+
+@pytest.mark.parametrize("name", ["attention", "rope"])
+def test_explorer_pictures_scale_with_the_container(explorer, rope, name):
+    """Every frame is shown as wide as the container, never wider than its own pixels (so
+    never blurred by upscaling), with its aspect ratio; the frames share one Layout model."""
+    box = explorer if name == "attention" else rope
+    frames = [leaf for leaf in _images(box) if len(leaf.value)]  # not the empty live picture
+    layouts = {id(leaf.layout) for leaf in frames}
+    assert len(frames) > 1 and len(layouts) <= 2  # rope: one per picture
+    for leaf in frames:
+        width, height = _png_size(bytes(leaf.value))
+        assert leaf.layout.width == "100%" and leaf.layout.height == "auto"
+        assert leaf.layout.max_width == f"{width}px"
+        assert 300 <= width <= W.FRAME_WIDTH * W.DPI and height >= 300
+    # One Layout model per frame would add ~120 bytes a frame to the page's widget state.
+    stacks = [w for w in _every_widget(box) if isinstance(w, widgets.Stack)]
+    assert len({id(s.layout) for s in stacks}) <= 4  # rope: one per picture, and its outer Stack
+    embedded = embed_data(views=[box], state=dependency_state(box))["manager_state"]["state"]
+    n_layouts = sum(state["model_name"] == "LayoutModel" for state in embedded.values())
+    assert n_layouts < 20 < len(frames) + len(stacks)
+
+
+def test_attention_frames_fill_the_content_column_at_the_default_length(model):
+    """The default 8 decoding steps give a frame about as wide as the book's column (~750 px),
+    with text at FONT points, one pixel per CSS pixel."""
+    src, _, _ = reversal_batch(1, 8, 11, torch.Generator().manual_seed(0))
+    out, weights = W.decode_with_cross_attention(model, src)  # (1, 9), (L, 1, H, 8, 8)
+    frame = W._attention_frames(weights[0, 0, 0], src[0].tolist(), out[0].tolist(), 0, 0, steps=False)[0]
+    width, height = _png_size(frame)
+    assert 700 <= width <= W.FRAME_WIDTH * W.DPI and 450 <= height <= 650
+    assert W.DPI == 100 and W.FONT >= 11
+
+
+@pytest.mark.parametrize("name", ["attention", "rope"])
+def test_explorer_controls_wrap_and_move_by_keyboard(explorer, rope, name):
+    """The controls sit in one row that wraps (one control per row on a phone), each growing
+    from the same basis; each is a slider or a dropdown, which the arrow keys move (toggle
+    buttons only take Space or Enter, one button at a time)."""
+    box = explorer if name == "attention" else rope
+    controls = list(box.controls.values())
+    row = next(w for w in _every_widget(box) if isinstance(w, widgets.Box)
+               and controls[0] in w.children)
+    assert list(row.children) == controls
+    assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%"
+    for control in controls:
+        assert isinstance(control, (widgets.IntSlider, widgets.SelectionSlider, widgets.Dropdown))
+        assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
+        assert control.layout.max_width == W.CONTROL_MAX_WIDTH
+        assert control.description and control.style.description_width == "80px"
+    assert not any(isinstance(w, widgets.ToggleButtons) for w in _every_widget(box))
+
+
+def test_rope_explorer_pictures_wrap_below_each_other(rope):
+    pictures = next(w for w in _every_widget(rope) if isinstance(w, widgets.Box)
+                    and rope.stacks["pair"] in w.children)
+    assert list(pictures.children) == [rope.stacks["pair"], rope.stacks["score"]]
+    assert pictures.layout.flex_flow == "row wrap"
+    widths = [_png_size(bytes(_images(s)[0].value))[0] for s in pictures.children]
+    assert sum(widths) <= W.FRAME_WIDTH * W.DPI  # side by side in the column
+
+
+def test_explorers_page_weight(model, rope):
+    """What the pictures add to a page, as base64 in its widget state. The chapter's explorer
+    (3 examples × 2 layers × 2 heads × 9 steps) is estimated from one map's 9 frames: ~1.0 MB
+    of PNG when measured with a trained model; the appendix's RoPE explorer (12 positions) from
+    this one's frames per picture."""
+    src, _, _ = reversal_batch(1, 8, 11, torch.Generator().manual_seed(0))
+    out, weights = W.decode_with_cross_attention(model, src)
+    frames = W._attention_frames(weights[1, 0, 0], src[0].tolist(), out[0].tolist(), 1, 0)
+    chapter = 3 * 2 * 2 * sum(map(len, frames)) * 4 / 3
+    assert chapter < 2.5e6, f"the chapter's explorer would add {chapter / 1e6:.1f} MB"
+    pair = np.mean([len(leaf.value) for leaf in _images(rope.stacks["pair"])])
+    score = np.mean([len(leaf.value) for leaf in _images(rope.stacks["score"])])
+    appendix = (2 * 12 * 8 * pair + 2 * 12 * score) * 4 / 3
+    assert appendix < 3.0e6, f"the appendix's RoPE explorer would add {appendix / 1e6:.1f} MB"
+
+
+# Without Stack (ipywidgets 7, Colab): one picture, updated through the kernel ----------------
+
+
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """The explorers as a kernel whose ipywidgets has no Stack builds them."""
+    monkeypatch.setattr(W, "HAS_STACK", False)
+
+
+def test_kernel_path_uses_no_stack_and_no_link(kernel_path, model):
+    box = W.attention_explorer(model, n_examples=N_EXAMPLES, seq_len=SEQ_LEN, seed=SEED)
+    models = _models(box)
+    assert not any(isinstance(w, widgets.Stack) for w in models)
+    assert not any(isinstance(w, Link) for w in models) and box.links == []
+    assert isinstance(box.stack, widgets.Image)
+    rope = W.rope_explorer(head_dim=4, n_positions=4, seed=1)
+    assert isinstance(rope.stacks["pair"], widgets.Image) and rope.links == []
+    assert not any(isinstance(w, widgets.Stack) for w in _models(rope))
+
+
+def test_kernel_path_moves_the_picture_to_the_chosen_frame(kernel_path, model, explorer):
+    """Moving each control in the kernel shows the frame the static book's Stacks would show
+    for the same control values."""
+    box = W.attention_explorer(model, n_examples=N_EXAMPLES, seq_len=SEQ_LEN, seed=SEED)
+    c = box.controls
+    for e, l, h, step in [(0, 0, 0, 0), (1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 3)]:
+        c["example"].value, c["layer"].value, c["head"].value = e, l, h
+        c["step"].index = step
+        static = explorer.stack.children[e].children[l].children[h].children[step]
+        assert bytes(box.stack.value) == bytes(static.value)
+
+
+def test_kernel_path_rope_explorer_follows_each_control(kernel_path):
+    rope = W.rope_explorer(head_dim=4, n_positions=4, seed=1)
+    pictures = rope.stacks
+    for name, value in [("m", 2), ("i", 1), ("pairing", 1)]:
+        before = (bytes(pictures["pair"].value), bytes(pictures["score"].value))
+        if name == "pairing":
+            rope.controls[name].index = value
+        else:
+            rope.controls[name].value = value
+        after = (bytes(pictures["pair"].value), bytes(pictures["score"].value))
+        assert after != before, f"moving {name} changed no picture"
+    m, i, p = 2, 1, 1
+    expected = W._rope_pair_frames(rope.q, rope.k, i, 10000.0, 4, PAIRINGS[p])[m]
+    assert bytes(pictures["pair"].value) == expected
+
+
+def _models(box) -> list:
+    found, todo = [], [box]
+    while todo:
+        w = todo.pop()
+        found.append(w)
+        todo.extend(getattr(w, "children", ()))
+    return found + list(getattr(box, "links", []))

@@ -2,8 +2,11 @@
 
 Every figure function takes ``ax=None`` (draw on a new figure) or an existing Axes, and
 returns ``(fig, ax)`` so a notebook can add to the picture or save it. All of them share
-one look: ``WEIGHT_CMAP`` for values in [0, 1], ``SIGNED_CMAP`` for signed values, and the
-same title and label sizes. Inputs may be torch tensors or numpy arrays.
+one look: ``WEIGHT_CMAP`` for values in [0, 1], ``SIGNED_CMAP`` for signed values (both
+readable with the common colour-vision deficiencies: no red-green scale anywhere), and the
+same title, label and tick sizes. A new figure is at most ``MAX_WIDTH`` inches wide: at
+matplotlib's inline 100 dpi it fits the book's ~750 px content column unscaled, so its
+9-10 pt text stays 12-14 px on screen. Inputs may be torch tensors or numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[float]]
 
 WEIGHT_CMAP = "viridis"  # attention weights and other values in [0, 1]
 SIGNED_CMAP = "RdBu_r"  # signed values, centred on 0 (blue < 0 < red)
+MAX_WIDTH = 7.5  # inches: the widest new figure, the book's content column at 100 dpi
 TITLE_SIZE = 12
 LABEL_SIZE = 10
-VALUE_SIZE = 8  # numbers written inside heatmap cells
+TICK_SIZE = 10  # tick labels, colour bars included
+VALUE_SIZE = 9  # numbers and notes written inside the plot
 TEXT_RAMP = " .:-=+*#%@"  # attention_text: weight 0 -> " ", weight >= 0.9 -> "@"
 
 
@@ -39,20 +44,26 @@ def _to_numpy(x: ArrayLike) -> np.ndarray:
 
 
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
-    """Return `(fig, ax)`: a new figure of size `figsize` when `ax` is None, else `ax`'s figure."""
+    """Return `(fig, ax)`: a new figure of size `figsize` when `ax` is None, else `ax`'s figure.
+
+    A figure wider than ``MAX_WIDTH`` is scaled down to that width, keeping its proportions."""
     if ax is None:
-        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+        width, height = figsize
+        if width > MAX_WIDTH:
+            width, height = MAX_WIDTH, height * MAX_WIDTH / width
+        fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     else:
         fig = ax.figure
     return fig, ax
 
 
 def _label(ax: Axes, title: str | None, xlabel: str, ylabel: str) -> None:
-    """Apply the house title and axis-label sizes."""
+    """Apply the house title, axis-label and tick-label sizes."""
     if title is not None:
         ax.set_title(title, fontsize=TITLE_SIZE)
     ax.set_xlabel(xlabel, fontsize=LABEL_SIZE)
     ax.set_ylabel(ylabel, fontsize=LABEL_SIZE)
+    ax.tick_params(labelsize=TICK_SIZE)
 
 
 def _check_attention(weights: ArrayLike, x_labels, y_labels) -> np.ndarray:
@@ -77,6 +88,7 @@ def attention_heatmap(
     title: str | None = None,
     show_values: bool = False,
     reference: ArrayLike | None = None,
+    colorbar: bool = True,
 ) -> tuple[Figure, Axes]:
     """Draw an attention map: one row per query, one column per key, colour range [0, 1].
 
@@ -89,6 +101,8 @@ def attention_heatmap(
         show_values: write each weight, to two decimals, inside its cell.
         reference: boolean or 0/1 array, shape (T, S); its True cells are outlined in red
             (e.g. the mirrored diagonal a sequence-reversal model should learn).
+        colorbar: draw the colour bar (leave it out of all but one panel of a row of maps:
+            they share the range [0, 1]).
 
     Returns:
         (fig, ax).
@@ -97,7 +111,8 @@ def attention_heatmap(
     T, S = w.shape
     fig, ax = _new_axes(ax, figsize=(1.0 + 0.45 * S, 0.6 + 0.45 * T))
     image = ax.imshow(w, cmap=WEIGHT_CMAP, vmin=0.0, vmax=1.0)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if colorbar:
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=TICK_SIZE)
     if x_labels is not None:
         labels = [str(label) for label in x_labels]
         ax.set_xticks(range(S), labels=labels, rotation=90 if max(map(len, labels)) > 2 else 0)
@@ -179,7 +194,7 @@ def positional_heatmap(pe: ArrayLike, *, ax: Axes | None = None, title: str | No
     limit = max(1.0, float(np.abs(table).max(initial=0.0)))
     fig, ax = _new_axes(ax, figsize=(7, 4))
     image = ax.imshow(table, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax).ax.tick_params(labelsize=TICK_SIZE)
     _label(ax, title, "channel", "position")
     return fig, ax
 
@@ -202,7 +217,7 @@ def rope_rotation(
     """Draw how RoPE rotates one channel pair: `q` rotated by m·theta_i for each position m.
 
     Each rotated query is an arrow from the origin, coloured by position and labelled with
-    its angle. If `k` is given it is rotated by the same angles and drawn as red dashed
+    its angle. If `k` is given it is rotated by the same angles and drawn as black dashed
     arrows: the angle between q and k at equal positions never changes.
 
     Args:
@@ -233,7 +248,8 @@ def rope_rotation(
             end = _rotate(v, angle)
             style = dict(arrowstyle="-|>", color=colour, linewidth=2)
             if name == "k":
-                style.update(color="tab:red", linestyle="--", linewidth=1.2)
+                # black, not red: the q arrows run through viridis's greens
+                style.update(color="black", linestyle="--", linewidth=1.2)
             arrow = ax.annotate("", xy=tuple(end), xytext=(0, 0), arrowprops=style)
             arrow.set_label(f"{name}, m={m}")
             if name == "q":
@@ -361,4 +377,51 @@ def score_variance(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=LABEL_SIZE)
     _label(ax, title, "head dimension d_k", "variance of the score")
+    return fig, ax
+
+
+def scaling_curve(
+    sizes: Sequence[int] | ArrayLike,
+    values: ArrayLike,
+    *,
+    power: float = 2.0,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "sequence length T",
+    ylabel: str = "time (s)",
+    label: str = "measured (median)",
+) -> tuple[Figure, Axes]:
+    """Plot a measured cost against a size on log-log axes, over a reference line ∝ size^power
+    through the last measurement (on log-log axes a power law is a straight line of that slope).
+
+    Args:
+        sizes: N positive sizes, e.g. sequence lengths [128, 256, ..., 2048].
+        values: N positive measurements, one per size (times, bytes, ...).
+        power: the exponent of the reference line (2 for attention's T²).
+        ax: Axes to draw on; a new figure is created when None.
+        title, xlabel, ylabel: the figure's texts.
+        label: the legend entry of the measurements.
+
+    Returns:
+        (fig, ax). The lines are the reference ("∝ T^power (slope power)") and the
+        measurements, in that order.
+    """
+    x = _to_numpy(sizes).reshape(-1).astype(float)
+    y = _to_numpy(values).reshape(-1).astype(float)
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"sizes has {len(x)} entries but values has {len(y)}; both must be "
+                         "equal and non-empty")
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError("sizes and values must be positive for log-log axes, got "
+                         f"sizes {x.tolist()} and values {y.tolist()}")
+    fig, ax = _new_axes(ax, figsize=(6, 3.5))
+    reference = y[-1] * (x / x[-1]) ** power
+    ax.plot(x, reference, "-", color="tab:gray", alpha=0.4, linewidth=6,
+            label=f"∝ T^{power:g} (slope {power:g})")
+    ax.plot(x, y, "o:", color="tab:blue", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE)
+    _label(ax, title, xlabel, ylabel)
     return fig, ax
