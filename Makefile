@@ -28,6 +28,7 @@ setup-cells: $(STAMP)
 # file names; see tools/make_student.py). Commit them: a test fails when they are stale.
 student: $(STAMP)
 	@$(PY) tools/make_student.py
+	@$(PY) tools/exercise_page.py
 
 # Every page is rebuilt and every notebook executed, warnings are errors; the whole output goes
 # to _build/book.log, and on failure the lines that matter and the log's path are shown (see
@@ -36,6 +37,7 @@ student: $(STAMP)
 book: $(STAMP)
 ifndef CI
 	@$(PY) tools/setup_cell.py --write
+	@$(PY) tools/exercise_page.py
 endif
 	@$(PY) tools/build_book.py
 	@echo "Preview: $(PY) -m http.server -d _build/html  (then open http://127.0.0.1:8000)"
@@ -53,6 +55,7 @@ book test: export OMP_NUM_THREADS := 1
 test: book
 ifndef CI
 	@$(PY) tools/make_student.py
+	@$(PY) tools/exercise_page.py
 endif
 	$(PY) -m pytest
 

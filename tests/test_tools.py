@@ -103,3 +103,48 @@ def test_tool_runs_as_a_script(script):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage:")
+
+
+# The setup cell ------------------------------------------------------------------------------
+
+
+def _run_setup_cell(monkeypatch, pip_result, versions_before, versions_after):
+    """Execute the setup cell's source as a notebook would, with the library missing, pip
+    replaced by ``pip_result`` and the installed versions by the two dicts."""
+    import importlib.metadata
+    import importlib.util
+    import types
+
+    import setup_cell
+
+    calls = iter([versions_before, versions_after])
+
+    def distributions():
+        versions = next(calls)
+        return [types.SimpleNamespace(metadata={"Name": n}, version=v) for n, v in versions.items()]
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.metadata, "distributions", distributions)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pip_result)
+    exec(compile(setup_cell.setup_cell_source(), "<setup cell>", "exec"), {})
+
+
+def test_setup_cell_prints_pip_output_when_the_install_fails(monkeypatch, capsys):
+    failed = subprocess.CompletedProcess([], 1, stdout="Collecting transformer_lib",
+                                         stderr="ERROR: No matching distribution found")
+    with pytest.raises(RuntimeError, match="pip could not install"):
+        _run_setup_cell(monkeypatch, failed, {"numpy": "2.1.3"}, {"numpy": "2.1.3"})
+    printed = capsys.readouterr().out
+    assert "ERROR: No matching distribution found" in printed and "Collecting" in printed
+
+
+def test_setup_cell_asks_for_a_restart_when_an_imported_package_changed(monkeypatch, capsys):
+    ok = subprocess.CompletedProcess([], 0, stdout="", stderr="")
+    before = {"numpy": "2.1.3", "not-imported-anywhere": "1.0"}
+    _run_setup_cell(monkeypatch, ok, before, {"numpy": "2.4.6", "not-imported-anywhere": "2.0",
+                                              "transformer-lib": "0.1.0"})
+    printed = capsys.readouterr().out
+    assert "Restart the runtime" in printed and "numpy 2.1.3 -> 2.4.6" in printed
+    assert "not-imported-anywhere" not in printed  # not imported: no restart needed for it
+    _run_setup_cell(monkeypatch, ok, before, {**before, "transformer-lib": "0.1.0"})
+    assert capsys.readouterr().out == ""  # the library alone was added: nothing to say

@@ -2,7 +2,10 @@
 
 On Colab (or any Python where ``transformer_lib`` is missing) the cell pip-installs the
 library from the repository named in ``_config.yml`` (``repository.url`` and ``.branch``);
-where the library is importable it does nothing. ``TRANSFORMER_LIB_SOURCE`` overrides what
+where the library is importable it does nothing. The library's dependency ranges admit what
+Colab preinstalls, so pip installs the library alone; if pip fails, the cell prints pip's
+output; if pip changed a package that the kernel had already imported, the cell says so and
+asks the reader to restart the runtime. ``TRANSFORMER_LIB_SOURCE`` overrides what
 is installed (a local path, a wheel, another ``git+`` URL): the tests use it to install the
 local checkout.
 
@@ -33,15 +36,32 @@ _TEMPLATE = '''\
 # Setup: install the course library where it is missing (on Colab, for example).
 # Where transformer_lib is already importable this cell does nothing.
 import importlib
+import importlib.metadata as metadata
 import importlib.util
 import os
 import subprocess
 import sys
 
 if importlib.util.find_spec("transformer_lib") is None:
-    source = os.environ.get("{variable}", "{default}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)
-    importlib.invalidate_caches()'''
+    source = os.environ.get(
+        "{variable}",
+        "{default}",
+    )
+    before = {{d.metadata["Name"]: d.version for d in metadata.distributions()}}
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", source],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        print(pip.stdout[-3000:], pip.stderr[-3000:], sep="\\n")
+        raise RuntimeError(f"pip could not install {{source}}: its output is above")
+    importlib.invalidate_caches()
+    after = {{d.metadata["Name"]: d.version for d in metadata.distributions()}}
+    changed = [f"{{name}} {{before[name]}} -> {{after.get(name)}}" for name in before
+               if after.get(name) != before[name]
+               and name.lower().replace("-", "_") in sys.modules]
+    if changed:
+        print("Restart the runtime (Runtime > Restart session) and run the notebook",
+              "again: pip changed packages that were already imported:", *changed,
+              sep="\\n")'''
 
 
 def repository(config_path: Path = ROOT / "_config.yml") -> tuple[str, str]:
