@@ -11,7 +11,7 @@ import pytest
 LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
 CORE = {"attention", "norms", "positional", "ffn", "cache", "validation"}
 MODELS = {"encoder_decoder", "decoder", "convert"}
-TEACHING = {"tasks", "plotting", "widgets", "checks"}
+TEACHING = {"tasks", "text", "plotting", "widgets", "checks"}
 
 
 def _module_of(path: Path) -> str:
@@ -45,7 +45,9 @@ FILES = sorted(p for p in LIB.rglob("*.py") if p.name != "__init__.py" or p.pare
 
 def test_every_module_has_a_layer():
     modules = {_module_of(p) for p in FILES}
-    assert modules == CORE | MODELS | TEACHING, "put a new module in one of the three layers"
+    unplaced = modules - (CORE | MODELS | TEACHING)
+    assert not unplaced, f"put {sorted(unplaced)} in one of the three layers"
+    assert {"attention", "encoder_decoder", "decoder", "tasks", "checks"} <= modules
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
