@@ -10,7 +10,7 @@ PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells student test bench clean
+.PHONY: install book setup-cells student grade test bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,15 @@ setup-cells: $(STAMP)
 student: $(STAMP)
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
+
+# Grade submitted student notebooks: make grade SUBMISSIONS=path/to/submissions (one folder per
+# student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS and TIMEOUT
+# are optional). Instructor tooling, not part of the library.
+JOBS    ?= 2
+TIMEOUT ?= 180
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=folder [JOBS=2] [TIMEOUT=180]"; exit 2)
+	@$(PY) tools/grade.py "$(SUBMISSIONS)" --out "$(or $(OUT),gradebook.csv)" --jobs $(JOBS) --timeout $(TIMEOUT)
 
 # Every page is rebuilt and every notebook executed, warnings are errors; the whole output goes
 # to _build/book.log, and on failure the lines that matter and the log's path are shown (see

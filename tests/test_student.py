@@ -21,6 +21,7 @@ import nbformat
 import pytest
 
 import make_student  # tools/make_student.py
+import setup_cell  # tools/setup_cell.py
 from book_support import ROOT, config, ensure_built_book, toc_docnames
 
 CHAPTERS = ROOT / "chapters"
@@ -370,7 +371,12 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
             assert not set(_tags(cell)) & set(make_student.HIDING_TAGS), cell.source[:80]
     # The rest is kept: the title, the setup cell, and every exercise, numbered in order.
     assert student.cells[0].source == source.cells[0].source
-    assert student.cells[1].source == source.cells[1].source
+    # The setup cell is the book's, pinned to the library version the copy was made with,
+    # and the copy says which chapter it is.
+    version = make_student.library_version()
+    assert student.cells[1].source == setup_cell.setup_cell_source(ref=f"v{version}")
+    assert student.cells[1].source != source.cells[1].source
+    assert student.metadata["transformer_lib"] == {"chapter": chapter.stem, "version": version}
     n_exercises = source_text.count("{exercise}")
     numbers = re.findall(r"^\*\*Exercise (\d+)", text, re.M)
     assert numbers == [str(i + 1) for i in range(n_exercises)]

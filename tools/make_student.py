@@ -33,6 +33,10 @@ What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 - a Markdown cell that is one ``{exercise}`` directive becomes plain Markdown headed
   "**Exercise N (title)**", numbered in page order as the book numbers them, since Jupyter
   and Colab do not render MyST directives;
+- the copy's metadata names its chapter and the library version (``metadata["transformer_lib"]``:
+  ``{"chapter": "01_attention", "version": "0.2.0"}``), and its setup cell installs the
+  library at the tag ``v<version>`` instead of the branch, so handouts do not change under
+  the students when the course moves on;
 - outputs and execution counts are cleared. Every other cell is kept as it is.
 
 The chapters are only read. The same chapters give byte-identical copies, and copies whose
@@ -47,9 +51,12 @@ import argparse
 import copy
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
+
+from setup_cell import is_setup_cell, setup_cell_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "chapters"
@@ -146,9 +153,22 @@ def _show(cell) -> None:
         cell.metadata.pop("tags", None)
 
 
-def student_notebook(nb, name: str = "<notebook>"):
-    """The student copy of notebook ``nb`` (which is left unchanged)."""
+def library_version(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The version of transformer_lib the copies are made with (``[project].version``)."""
+    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+
+
+def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
+                     version: str | None = None):
+    """The student copy of notebook ``nb`` (which is left unchanged).
+
+    ``chapter`` (the chapter's file stem) and ``version`` (the library's) are stamped into the
+    copy's metadata (``metadata["transformer_lib"]``), where the grader finds the chapter
+    whatever the file is called; with ``version`` the setup cell installs the library at the
+    tag ``v<version>``, so a term's copies install the same library in week 12 as in week 1."""
     student = copy.deepcopy(nb)
+    if chapter is not None:
+        student.metadata["transformer_lib"] = {"chapter": chapter, "version": version}
     cells = []
     exercises = 0
     for index, cell in enumerate(nb.cells):
@@ -164,6 +184,8 @@ def student_notebook(nb, name: str = "<notebook>"):
         if _is_solution_cell(cell, where):
             continue
         cell = copy.deepcopy(cell)
+        if cell.cell_type == "code" and version is not None and is_setup_cell(cell):
+            cell.source = setup_cell_source(ref=f"v{version}")
         if cell.cell_type == "code":
             if BEGIN in cell.source or _has_check(cell.source):
                 _show(cell)
@@ -189,9 +211,10 @@ def _render(nb) -> bytes:
 def student_copies(source_dir: Path = SOURCE_DIR) -> dict[str, bytes]:
     """File name -> bytes of the student copy, for every notebook in ``source_dir``."""
     copies = {}
+    version = library_version()
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        copies[path.name] = _render(student_notebook(nb, _display(path)))
+        copies[path.name] = _render(student_notebook(nb, _display(path), path.stem, version))
     return copies
 
 

@@ -79,9 +79,12 @@ def install_source(url: str, branch: str) -> str:
     return f"git+{url}@{branch}"
 
 
-def setup_cell_source(config_path: Path = ROOT / "_config.yml") -> str:
+def setup_cell_source(config_path: Path = ROOT / "_config.yml", ref: str | None = None) -> str:
+    """The setup cell; it installs the repository at ``ref`` (a tag or commit) if given, else
+    at ``repository.branch`` (the book's notebooks follow the branch; student copies are
+    pinned to the library version they were made with)."""
     url, branch = repository(config_path)
-    return _TEMPLATE.format(variable=SOURCE_VARIABLE, default=install_source(url, branch))
+    return _TEMPLATE.format(variable=SOURCE_VARIABLE, default=install_source(url, ref or branch))
 
 
 def notebooks(root: Path = ROOT) -> list[Path]:
