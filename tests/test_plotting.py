@@ -259,6 +259,9 @@ def _every_figure():
         "lr_schedule": plotting.lr_schedule(noam, 400, title="Noam"),
         "loss_curve": plotting.loss_curve({"loss": np.linspace(3, 1, 50)}, title="loss"),
         "score_variance": plotting.score_variance([4, 16, 64], [4.1, 15.8, 63.0], [1.0, 1.0, 0.98]),
+        "position_curves": plotting.position_curves(
+            {f"curve {i}": np.sin(np.arange(200) / (i + 1)) for i in range(5)}, mark=100,
+            mark_label="mark", title="curves"),
     }
 
 
@@ -338,3 +341,137 @@ def test_attention_heatmap_without_colour_bar_for_a_row_of_maps():
         plotting.attention_heatmap(torch.full((2, 3), 1 / 3), ax=ax, colorbar=i == 2)
     assert len(fig.axes) == 4  # three maps and one colour bar
     plt.close(fig)
+
+
+def test_position_curves_draws_each_curve_and_the_mark():
+    pe = _sinusoidal(40, 8)
+    fig, ax = plotting.position_curves({"channel 0": pe[:, 0], "channel 4": torch.tensor(pe[:, 4])},
+                                       positions=np.arange(10, 50), mark=30, mark_label="trained",
+                                       ylabel="PE")
+    first, second, mark = ax.get_lines()
+    np.testing.assert_allclose(first.get_xdata(), np.arange(10, 50))
+    np.testing.assert_allclose(second.get_ydata(), pe[:, 4])
+    assert [first.get_label(), second.get_label(), mark.get_label()] == [
+        "channel 0", "channel 4", "trained"]
+    assert first.get_color() != second.get_color() and first.get_linestyle() != second.get_linestyle()
+    assert list(mark.get_xdata()) == [30, 30]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("position", "PE")
+    _, ax = plotting.position_curves({"only": [1.0, 2.0]})
+    assert len(ax.get_lines()) == 1 and list(ax.get_lines()[0].get_xdata()) == [0, 1]
+
+
+def test_position_curves_legend_below_the_plot_in_one_row():
+    fig, ax = plotting.position_curves({"a": [0.0, 1.0], "b": [1.0, 0.0]}, mark=0.5,
+                                       mark_label="m", legend_below=True)
+    fig.canvas.draw()
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "m"]
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0  # under the axes
+    rows = {round(t.get_window_extent().y0) for t in legend.get_texts()}
+    assert len(rows) == 1  # one row
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"curves": {}}, "1 to 5 curves, got 0"),
+    ({"curves": {str(i): [0.0] for i in range(6)}}, "1 to 5 curves, got 6"),
+    ({"curves": {"a": [1.0, 2.0], "b": [1.0]}}, "'a': 2, 'b': 1"),
+    ({"curves": {"a": [1.0, 2.0]}, "positions": [0, 1, 2]}, "positions has 3 entries"),
+])
+def test_position_curves_bad_input_raises(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.position_curves(**kwargs)
+
+
+# compare_runs ------------------------------------------------------------------------------
+
+
+def test_compare_runs_draws_single_runs_and_median_with_band():
+    seeds = np.array([[3.0, 2.0, 1.0], [5.0, 4.0, 0.5], [4.0, 1.0, 0.8]])  # (R, N): 3 runs
+    fig, ax = plotting.compare_runs({"one run": [1.0, 2.0, 3.0], "three seeds": seeds},
+                                    x=[10, 20, 30], styles={"three seeds": {"linestyle": "--"}},
+                                    log_y=True, title="runs", xlabel="step", ylabel="loss")
+    single, median = ax.get_lines()
+    assert [single.get_label(), median.get_label()] == ["one run", "three seeds"]
+    np.testing.assert_allclose(single.get_xdata(), [10, 20, 30])
+    np.testing.assert_allclose(median.get_ydata(), [4.0, 2.0, 0.8])  # the median per step
+    assert median.get_linestyle() == "--" and single.get_linestyle() == "-"
+    assert single.get_color() != median.get_color()
+    (band,) = ax.collections  # only the setting with several runs has a band
+    low_high = band.get_paths()[0].vertices[:, 1]
+    assert low_high.min() == pytest.approx(0.5) and low_high.max() == pytest.approx(5.0)
+    assert ax.get_yscale() == "log" and ax.get_legend() is not None
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == ("runs", "step", "loss")
+
+
+def test_compare_runs_on_given_axes_without_legend_and_default_x():
+    fig, ax = plt.subplots()
+    fig_out, ax_out = plotting.compare_runs({"a": torch.tensor([1.0, 2.0])}, ax=ax, legend=False)
+    assert (fig_out, ax_out) == (fig, ax) and ax.get_legend() is None
+    np.testing.assert_array_equal(ax.get_lines()[0].get_xdata(), [0, 1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"runs": {}}, "runs is empty"),
+    ({"runs": {"a": np.ones((2, 2, 2))}}, r"'a' must have shape \(N,\) or \(R, N\)"),
+    ({"runs": {"a": [1.0, 2.0], "b": [1.0]}}, "'a': 2, 'b': 1"),
+    ({"runs": {"a": [1.0, 2.0]}, "x": [0, 1, 2]}, "x has 3 entries"),
+])
+def test_compare_runs_bad_input_raises(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.compare_runs(**kwargs)
+
+
+def test_compare_runs_fits_the_column_in_colour_blind_safe_colours():
+    """The house look of the other figures: at most MAX_WIDTH wide, text >= 9 pt, and its
+    default colours (bands included) never red and green together."""
+    runs = {f"setting {i}": np.random.default_rng(i).random((3, 40)) for i in range(6)}
+    fig, ax = plotting.compare_runs(runs, title="six settings")
+    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9 and fig.dpi == 100
+    fig.canvas.draw()
+    ticks = ax.get_xticklabels() + ax.get_yticklabels()
+    assert all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
+    legend_texts = ax.get_legend().get_texts()
+    assert all(t.get_fontsize() >= 9 for t in legend_texts + [ax.title, ax.xaxis.label])
+    colours = _artist_colours(ax) + [c.get_facecolor()[0] for c in ax.collections]
+    hues = [_hue_saturation(c) for c in colours]
+    red = any((h <= 20 or h >= 340) and s > 0.5 for h, s in hues)
+    green = any(70 <= h <= 170 and s > 0.35 for h, s in hues)
+    assert not (red and green)
+
+
+# kv_cache_mask -------------------------------------------------------------------------
+
+
+def test_kv_cache_mask_draws_the_mask_the_split_and_the_positions():
+    from transformer_lib.attention import causal_mask
+
+    mask = causal_mask(3, 8)  # 5 cached positions, 3 new queries
+    fig, ax = plotting.kv_cache_mask(mask, 5, title="chunk after 5")
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mask.numpy())
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["5", "6", "7"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(j) for j in range(8)]
+    assert list(ax.lines[0].get_xdata()) == [4.5, 4.5]  # between key 4 and key 5
+    assert {t.get_text() for t in ax.texts} == {"cached", "new"}
+    assert [t.get_text() for t in ax.child_axes[0].get_yticklabels()] == ["5", "6", "7"]
+    assert ax.get_title() == "chunk after 5"
+    assert fig.get_figwidth() <= plotting.MAX_WIDTH
+
+
+def test_kv_cache_mask_draws_a_buggy_rope_and_no_split_without_a_cache():
+    from transformer_lib.attention import causal_mask
+
+    _, ax = plotting.kv_cache_mask(torch.ones(2, 6).tril(), 4, rope_rows=[0, 1])
+    assert [t.get_text() for t in ax.child_axes[0].get_yticklabels()] == ["0", "1"]
+    _, ax = plotting.kv_cache_mask(causal_mask(4), 0)
+    assert len(ax.lines) == 0 and {t.get_text() for t in ax.texts} == {"new"}
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.ones(4), 0), r"mask must be 2-D \(T, S\)"),
+    ((np.ones((3, 8)), 4), r"needs cached = S - T = 5, got cached = 4"),
+    ((np.ones((2, 4)), 2, [0]), "rope_rows has 1 entries but the mask has 2 rows"),
+])
+def test_kv_cache_mask_bad_input_raises(args, message):
+    mask, cached, *rows = args
+    with pytest.raises(ValueError, match=message):
+        plotting.kv_cache_mask(mask, cached, rope_rows=rows[0] if rows else None)

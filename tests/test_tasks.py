@@ -167,3 +167,126 @@ def test_decode_with_cross_attention_rows_are_the_greedy_steps():
         for layer_idx, layer in enumerate(model.decoder.layers):
             step = layer.cross_attn.last_weights[:, :, -1]  # (B, H, S): this step's row
             torch.testing.assert_close(weights[layer_idx, :, :, t], step, atol=1e-6, rtol=0)
+
+
+# ---- schedules, gradient norms and the stability ablation (chapter 4) ---------------------
+
+def test_no_warmup_schedule_is_the_noam_peak_from_step_one_then_the_same_decay():
+    from transformer_lib.encoder_decoder import noam_lambda
+    from transformer_lib.tasks import no_warmup_lambda
+
+    noam, flat = noam_lambda(32, 10), no_warmup_lambda(32, 10)
+    peak = 32 ** -0.5 * 10 ** -0.5
+    assert all(flat(t) == pytest.approx(peak, rel=1e-12) for t in range(0, 11))
+    assert all(flat(t) == pytest.approx(noam(t), rel=1e-12) for t in range(10, 200))
+    assert noam(5) < peak  # Noam is still rising there
+    with pytest.raises(ValueError, match=r"d_model \(32\) and warmup \(0\)"):
+        no_warmup_lambda(32, 0)
+
+
+def test_training_follows_the_schedule_it_is_given():
+    from transformer_lib.tasks import no_warmup_lambda
+
+    config = reversal_config(d_ff=32)
+    _, noam = train_reversal(config, steps=15, warmup=10, batch_size=8, lr_scale=0.5)
+    _, flat = train_reversal(config, steps=15, warmup=10, batch_size=8, lr_scale=0.5,
+                             schedule="no-warmup")
+    rate = no_warmup_lambda(config.d_model, 10)
+    assert flat["lr"] == pytest.approx([0.5 * rate(t) for t in range(15)], rel=1e-12)
+    assert flat["lr"][10:] == pytest.approx(noam["lr"][10:], rel=1e-12)  # same decay
+    assert flat["lr"][0] > 5 * noam["lr"][0]  # no rise
+    assert flat["loss"][0] == noam["loss"][0]  # same model, same first batch
+    with pytest.raises(ValueError, match=r"schedule must be one of \('noam', 'no-warmup'\), "
+                                         r"got 'cosine'"):
+        train_reversal(steps=1, schedule="cosine")
+
+
+def test_history_records_the_norm_of_each_applied_gradient():
+    """The first entry is recomputed independently: the same seeded model and first batch,
+    one backward pass, the norm of all gradients together."""
+    from transformer_lib.encoder_decoder import EncoderDecoder, LabelSmoothingLoss
+
+    config = reversal_config(d_ff=32)
+    _, history = train_reversal(config, steps=4, batch_size=8, seed=5)
+    assert len(history["grad_norm"]) == 4
+    torch.manual_seed(5)
+    model = EncoderDecoder(config).train()
+    src, tgt_in, tgt_out = reversal_batch(8, 8, 11, torch.Generator().manual_seed(5))
+    LabelSmoothingLoss(0.1)(model(src, tgt_in), tgt_out).backward()
+    expected = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_pre_norm_reversal_model_trains_as_well():
+    model, history = train_reversal(reversal_config(norm_first=True, final_norm=True),
+                                    steps=200, batch_size=128)
+    assert model.encoder.layers[0].norm_first and model.encoder.norm is not None
+    assert evaluate_reversal(model, 500, 8)["exact_match"] >= 0.95
+
+
+def test_stability_ablation_runs_every_setting_and_keeps_the_histories():
+    from transformer_lib.tasks import stability_ablation
+
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    lines = []
+    result = stability_ablation([1], [0, 1], steps=6, batch_size=8, every=4, eval_n=20,
+                                log=lines.append)
+    assert torch.equal(torch.get_rng_state(), state)
+    runs = result["runs"]
+    assert [(r["norm"], r["schedule"], r["seed"]) for r in runs] == [
+        (n, s, seed) for n in ("post", "pre") for s in ("noam", "no-warmup") for seed in (0, 1)]
+    assert len(lines) == 8 and "depth 1  pre-norm   no-warmup  seed 1:" in lines[-1]
+    assert result["settings"]["peak_lr"] == pytest.approx(0.4 * 32 ** -0.5 * 60 ** -0.5)
+    # Run 6 is pre-norm, no warmup, seed 0: the same as training it directly.
+    config = reversal_config(n_layers=1, norm_first=True, final_norm=True)
+    model, history = train_reversal(config, steps=6, batch_size=8, seed=0, schedule="no-warmup")
+    run = runs[6]
+    assert run["loss"] == pytest.approx([sum(history["loss"][:4]) / 4,
+                                         sum(history["loss"][4:]) / 2], rel=1e-3)
+    assert run["grad_norm"] == pytest.approx([max(history["grad_norm"][:4]),
+                                              max(history["grad_norm"][4:])], rel=1e-3)
+    assert run["final_loss"] == pytest.approx(sum(history["loss"][2:]) / 4, abs=1e-4)
+    assert run["exact_match"] == pytest.approx(evaluate_reversal(model, 20)["exact_match"])
+    assert run["finite"] and run["max_grad_norm"] == pytest.approx(max(history["grad_norm"]),
+                                                                   rel=1e-3)
+    with pytest.raises(ValueError, match=r"every \(9\) must be in \[1, steps = 6\]"):
+        stability_ablation([1], [0], steps=6, every=9)
+    with pytest.raises(ValueError, match="need at least one depth"):
+        stability_ablation([], [0])
+
+
+def test_the_shipped_ablation_loads_and_is_complete():
+    from transformer_lib.tasks import load_stability_ablation
+
+    result = load_stability_ablation()
+    settings, runs = result["settings"], result["runs"]
+    assert result["command"].startswith("python bench/stability_ablation.py")
+    assert result["seconds"] > 0
+    expected = {(d, n, s, seed) for d in settings["depths"] for n in ("post", "pre")
+                for s in ("noam", "no-warmup") for seed in settings["seeds"]}
+    assert {(r["depth"], r["norm"], r["schedule"], r["seed"]) for r in runs} == expected
+    assert len(runs) == len(expected) >= 4 * 3 * 5  # three depths, five seeds at least
+    points = -(-settings["steps"] // settings["every"])
+    assert all(len(r["loss"]) == len(r["grad_norm"]) == points for r in runs)
+
+
+def test_the_ablation_script_writes_what_the_loader_reads(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "stability_ablation.py"
+    shown = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "--depths" in shown and "--seeds" in shown
+    out = tmp_path / "small.json"
+    done = subprocess.run([sys.executable, str(script), "--depths", "1", "--seeds", "1",
+                           "--steps", "5", "--batch-size", "4", "--out", str(out)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "4 runs in" in done and str(out) in done
+    result = json.loads(out.read_text())
+    assert result["command"] == ("python bench/stability_ablation.py --depths 1 --seeds 1 "
+                                 f"--steps 5 --batch-size 4 --out {out}")
+    assert len(result["runs"]) == 4 and result["settings"]["steps"] == 5

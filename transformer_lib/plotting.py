@@ -425,3 +425,201 @@ def scaling_curve(
     ax.legend(fontsize=LABEL_SIZE)
     _label(ax, title, xlabel, ylabel)
     return fig, ax
+
+
+# Line colours for several curves in one plot: blue, orange, reddish purple, sky blue, black
+# (Okabe-Ito), told apart with the common colour-vision deficiencies, and no red-green pair.
+CURVE_COLOURS = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#000000")
+CURVE_STYLES = ("-", "--", "-.", ":", "-")
+
+
+def position_curves(
+    curves: Mapping[str, ArrayLike],
+    *,
+    positions: ArrayLike | None = None,
+    mark: float | None = None,
+    mark_label: str | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "position",
+    ylabel: str = "value",
+    legend_below: bool = False,
+) -> tuple[Figure, Axes]:
+    """Plot several named curves against the position, e.g. channels of a positional encoding
+    or a model's accuracy at each position.
+
+    Args:
+        curves: name -> N values (at most ``len(CURVE_COLOURS)`` curves); each name is the
+            curve's legend entry.
+        positions: the N positions (default 0 … N-1).
+        mark: draw a dotted vertical line at this position (e.g. the longest length seen in
+            training), labelled ``mark_label`` in the legend.
+        ax: Axes to draw on; a new figure is created when None.
+        title, xlabel, ylabel: the figure's texts.
+        legend_below: put the legend under the plot, in one row, instead of inside it (for
+            curves that fill the whole plot).
+
+    Returns:
+        (fig, ax). The curves are the first lines of ``ax``, in the order of ``curves``; the
+        mark, if any, comes after them.
+    """
+    if not curves or len(curves) > len(CURVE_COLOURS):
+        raise ValueError(f"curves must hold 1 to {len(CURVE_COLOURS)} curves, got {len(curves)}")
+    values = {name: _to_numpy(v).reshape(-1) for name, v in curves.items()}
+    lengths = {len(v) for v in values.values()}
+    n = lengths.pop() if len(lengths) == 1 else None
+    if n is None or n == 0:
+        sizes = ", ".join(f"{name!r}: {len(v)}" for name, v in values.items())
+        raise ValueError(f"every curve needs the same, non-zero number of values, got {sizes}")
+    x = np.arange(n) if positions is None else _to_numpy(positions).reshape(-1)
+    if len(x) != n:
+        raise ValueError(f"positions has {len(x)} entries but the curves have {n} values")
+    fig, ax = _new_axes(ax, figsize=(7, 3.5))
+    for (name, y), colour, style in zip(values.items(), CURVE_COLOURS, CURVE_STYLES):
+        ax.plot(x, y, style, color=colour, linewidth=1.8, label=name)
+    if mark is not None:
+        ax.axvline(mark, color="tab:gray", linestyle=":", linewidth=1.5, label=mark_label)
+    ax.grid(alpha=0.3)
+    if legend_below:
+        entries = len(values) + (mark is not None and mark_label is not None)
+        ax.legend(fontsize=VALUE_SIZE, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                  ncols=entries, frameon=False)
+    else:
+        ax.legend(fontsize=VALUE_SIZE)
+    _label(ax, title, xlabel, ylabel)
+    return fig, ax
+
+
+RUN_COLOURS = ("#0072B2", "#D55E00", "#56B4E9", "#E69F00", "#CC79A7", "#000000")  # Okabe-Ito
+
+
+def compare_runs(
+    runs: Mapping[str, ArrayLike],
+    x: ArrayLike | None = None,
+    *,
+    styles: Mapping[str, Mapping] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "loss",
+    log_y: bool = False,
+    legend: bool = True,
+) -> tuple[Figure, Axes]:
+    """Plot named series on one Axes to compare settings: a loss per step, a gradient norm
+    per layer, and so on. A setting tried with several seeds is drawn as its median over a
+    pale band from its lowest to its highest run.
+
+    Args:
+        runs: name -> values, shape (N,) for one run or (R, N) for R runs of one setting.
+            Every series has the same N.
+        x: the N x values (default 0 … N-1).
+        styles: name -> keyword arguments for that series' line (``color``, ``linestyle``,
+            ``marker``, …); by default the series take ``RUN_COLOURS`` in turn, solid.
+        ax: Axes to draw on; a new figure is created when None.
+        title, xlabel, ylabel: the figure's texts.
+        log_y: a logarithmic y axis.
+        legend: draw the legend (one entry per series).
+
+    Returns:
+        (fig, ax). The lines of ``ax`` are the series (the median where there are several
+        runs), in the order of ``runs``, each labelled with its name; each band is a
+        PolyCollection in ``ax.collections``.
+    """
+    if not runs:
+        raise ValueError("runs is empty: give at least one named series")
+    values = {name: _to_numpy(v) for name, v in runs.items()}
+    for name, v in values.items():
+        if v.ndim not in (1, 2) or v.shape[-1] == 0:
+            raise ValueError(f"series {name!r} must have shape (N,) or (R, N) with N > 0, "
+                             f"got {tuple(v.shape)}")
+    lengths = {name: v.shape[-1] for name, v in values.items()}
+    if len(set(lengths.values())) != 1:
+        sizes = ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
+        raise ValueError(f"every series needs the same number of points, got {sizes}")
+    n = next(iter(lengths.values()))
+    xs = np.arange(n) if x is None else _to_numpy(x).reshape(-1)
+    if len(xs) != n:
+        raise ValueError(f"x has {len(xs)} entries but the series have {n} points")
+    fig, ax = _new_axes(ax, figsize=(6, 3.5))
+    for i, (name, v) in enumerate(values.items()):
+        style = {"color": RUN_COLOURS[i % len(RUN_COLOURS)], "linewidth": 1.8}
+        style.update((styles or {}).get(name, {}))
+        if v.ndim == 2 and len(v) > 1:
+            ax.fill_between(xs, v.min(axis=0), v.max(axis=0), color=style["color"], alpha=0.18,
+                            linewidth=0)
+            v = np.median(v, axis=0)
+        ax.plot(xs, v.reshape(-1), label=name, **style)
+    if log_y:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=VALUE_SIZE)
+    _label(ax, title, xlabel, ylabel)
+    return fig, ax
+
+
+# Colours of a KV-cache mask: a visible key in viridis's dark blue, a blocked one pale grey
+# (told apart by lightness alone, so in any colour vision and in greyscale).
+MASK_VISIBLE = "#31688e"
+MASK_BLOCKED = "#eeeeee"
+
+
+def kv_cache_mask(
+    mask: ArrayLike,
+    cached: int,
+    *,
+    rope_rows: Sequence[int] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> tuple[Figure, Axes]:
+    """Draw which new query may see which key when ``cached`` positions are already in a
+    KV cache: one row per new query, one column per key, visible keys dark.
+
+    The T queries sit at absolute positions ``cached … cached + T - 1`` (the left tick
+    labels); keys run ``0 … S - 1`` with ``S = cached + T``. A vertical line separates the
+    cached keys from the keys of the new tokens. The right-hand labels give the row of the
+    RoPE tables each query is turned by (by default its own position).
+
+    Args:
+        mask: boolean or 0/1 array, shape (T, S); True (1) = may attend.
+        cached: the number of positions already cached, ``S - T``.
+        rope_rows: the RoPE row of each of the T queries (default ``cached … cached+T-1``);
+            pass other rows to draw a bug, e.g. ``range(T)``.
+        ax: Axes to draw on; a new figure is created when None.
+        title: figure title.
+
+    Returns:
+        (fig, ax). The image is ``ax.images[0]``; the line between cached and new keys is
+        ``ax.lines[0]`` (only when ``cached > 0``).
+    """
+    m = _to_numpy(mask)
+    if m.ndim != 2:
+        raise ValueError(f"mask must be 2-D (T, S), got shape {tuple(m.shape)}")
+    T, S = m.shape
+    if cached < 0 or cached + T != S:
+        raise ValueError(f"a mask of shape {(T, S)} needs cached = S - T = {S - T}, "
+                         f"got cached = {cached}")
+    rows = list(range(cached, cached + T)) if rope_rows is None else [int(r) for r in rope_rows]
+    if len(rows) != T:
+        raise ValueError(f"rope_rows has {len(rows)} entries but the mask has {T} rows")
+    fig, ax = _new_axes(ax, figsize=(1.6 + 0.42 * S, 1.3 + 0.42 * T))
+    cmap = matplotlib.colors.ListedColormap([MASK_BLOCKED, MASK_VISIBLE])
+    ax.imshow(m, cmap=cmap, vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(S), labels=[str(j) for j in range(S)])
+    ax.set_yticks(range(T), labels=[str(cached + i) for i in range(T)])
+    ax.set_xticks(np.arange(-0.5, S), minor=True)
+    ax.set_yticks(np.arange(-0.5, T), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    if cached > 0:
+        ax.axvline(cached - 0.5, color="black", linewidth=2.5)
+        ax.text((cached - 1) / 2, -0.7, "cached", ha="center", va="bottom", fontsize=VALUE_SIZE)
+    ax.text(cached + (T - 1) / 2, -0.7, "new", ha="center", va="bottom", fontsize=VALUE_SIZE)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(T), labels=[str(r) for r in rows])
+    right.tick_params(labelsize=TICK_SIZE)
+    right.set_ylabel("RoPE row", fontsize=LABEL_SIZE)
+    _label(ax, title, "key position", "query position")
+    if title is not None:
+        ax.set_title(title, fontsize=TITLE_SIZE, pad=18)  # room for "cached" / "new"
+    return fig, ax

@@ -1,5 +1,5 @@
-"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, and
-the analysis of what its cross-attention learnt.
+"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, the
+analysis of what its cross-attention learnt, and a training-stability ablation on it.
 
 Vocabulary: token 0 is BOS (begin-of-sequence, the decoder's first input); tokens
 1 … V-1 are symbols. The source is a random symbol sequence, the target the same
@@ -12,8 +12,12 @@ random numbers afterwards seeds them itself.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from importlib import resources
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -80,24 +84,50 @@ def reversal_config(n_symbols: int = 10, **overrides) -> EncoderDecoderConfig:
     return EncoderDecoderConfig(**fields)
 
 
+SCHEDULES = ("noam", "no-warmup")  # the learning-rate schedules train_reversal knows
+
+
+def no_warmup_lambda(d_model: int, warmup: int) -> Callable[[int], float]:
+    """The Noam schedule without its warm-up, as a multiplier for ``LambdaLR``: the peak rate
+    d_model^-0.5 · warmup^-0.5 from the first step, then the same 1/√t decay after ``warmup``.
+
+    lr(t) = d_model^-0.5 · max(t, warmup)^-0.5: equal to :func:`noam_lambda` for t ≥ warmup,
+    and flat at its peak before, so a run with it differs from a Noam run only by the rise.
+    """
+    if d_model < 1 or warmup < 1:
+        raise ValueError(f"d_model ({d_model}) and warmup ({warmup}) must be positive")
+
+    def lr_lambda(step: int) -> float:
+        return d_model ** -0.5 * max(step, warmup) ** -0.5
+
+    return lr_lambda
+
+
 def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int = 8,
                    steps: int = 200, batch_size: int = 256, warmup: int = 60,
-                   lr_scale: float = 0.4, smoothing: float = 0.1,
-                   seed: int = 0) -> tuple[EncoderDecoder, dict[str, list]]:
-    """Train a post-norm encoder–decoder to reverse random sequences of length ``seq_len``.
+                   lr_scale: float = 0.4, smoothing: float = 0.1, seed: int = 0,
+                   schedule: str = "noam") -> tuple[EncoderDecoder, dict[str, list]]:
+    """Train an encoder–decoder (post-norm unless ``config.norm_first``) to reverse random
+    sequences of length ``seq_len``.
 
-    Adam (β = 0.9, 0.98, ε = 1e-9) with the Noam schedule times ``lr_scale``, label smoothing,
-    fresh random batches every step, all seeded by ``seed``; the global random state is left
-    as it was.
+    Adam (β = 0.9, 0.98, ε = 1e-9) with a learning-rate schedule times ``lr_scale``, label
+    smoothing, fresh random batches every step, all seeded by ``seed``; the global random
+    state is left as it was.
 
     Args:
         config: the model; None means :func:`reversal_config` ``()``. Source and target share
             one vocabulary: BOS + symbols.
+        schedule: ``"noam"``, :func:`~transformer_lib.encoder_decoder.noam_lambda` (linear
+            rise to the peak at step ``warmup``, then 1/√t); or ``"no-warmup"``,
+            :func:`no_warmup_lambda` (that peak rate from the first step, the same decay
+            after ``warmup``).
 
     Returns:
-        ``(model, history)``: the model in eval mode, and ``{"step", "loss", "lr"}`` lists
-        (one entry per update; the learning rate of update ``step`` is the Noam value at
-        ``step``, so it peaks at ``step == warmup``).
+        ``(model, history)``: the model in eval mode, and ``{"step", "loss", "lr",
+        "grad_norm"}`` lists, one entry per update: its loss, its learning rate (the
+        schedule's value at ``step``; Noam peaks at ``step == warmup``) and the norm of the
+        whole gradient it applied (before the optimizer step; the loss and the norm are NaN
+        or inf if training blew up).
     """
     config = reversal_config() if config is None else config
     if not isinstance(config, EncoderDecoderConfig):
@@ -108,15 +138,18 @@ def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int =
                          f"tgt_vocab_size={config.tgt_vocab_size}")
     if steps < 1:
         raise ValueError(f"steps must be positive, got {steps}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if not 1 <= seq_len < config.max_len:
         raise ValueError(f"seq_len ({seq_len}) must be in [1, max_len - 1 = {config.max_len - 1}]")
     gen = torch.Generator().manual_seed(seed)  # the training batches
-    history: dict[str, list] = {"step": [], "loss": [], "lr": []}
+    history: dict[str, list] = {"step": [], "loss": [], "lr": [], "grad_norm": []}
+    rate = noam_lambda if schedule == "noam" else no_warmup_lambda
     with torch.random.fork_rng(devices=[]):  # initialisation and dropout leave no trace
         torch.manual_seed(seed)
         model = EncoderDecoder(config)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr_scale, betas=(0.9, 0.98), eps=1e-9)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(config.d_model, warmup))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate(config.d_model, warmup))
         loss_fn = LabelSmoothingLoss(smoothing)
         model.train()
         for step in range(steps):  # LambdaLR's step count: update `step` uses noam(step)
@@ -125,6 +158,8 @@ def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int =
             loss = loss_fn(logits, tgt_out)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+            history["grad_norm"].append(torch.stack(grads).norm().item())  # ‖whole gradient‖
             optimizer.step()
             history["step"].append(step)
             history["loss"].append(loss.item())
@@ -221,3 +256,103 @@ def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int 
     src, _ = _fresh_sources(model, n, seq_len, seed)
     _, weights = decode_with_cross_attention(model, src)  # (L, n, H, T, T)
     return mirror_alignment(weights)  # (L, H)
+
+
+# ---- A training-stability ablation: post-norm / pre-norm x warmup / no warmup --------------
+
+NORMS = ("post", "pre")  # post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
+ABLATION_FILE = "stability_ablation.json"  # the precomputed sweep, in transformer_lib/data/
+
+
+def _windows(values: list[float], every: int, reduce: Callable[[list[float]], float]
+             ) -> list[float]:
+    """``values`` cut into windows of ``every`` entries, each reduced to one number (4
+    significant digits: the JSON stays small)."""
+    return [float(f"{reduce(values[i:i + every]):.4g}") for i in range(0, len(values), every)]
+
+
+def _window_mean(window: list[float]) -> float:
+    return sum(window) / len(window)  # NaN or inf in a window stays NaN or inf
+
+
+def stability_ablation(depths=(2, 4, 6), seeds=range(5), *, steps: int = 300,
+                       batch_size: int = 64, warmup: int = 60, lr_scale: float = 0.4,
+                       every: int = 5, eval_n: int = 500,
+                       log: Callable[[str], None] | None = None) -> dict:
+    """Train the reversal model for every depth × norm placement × schedule × seed.
+
+    Each run is :func:`train_reversal` on :func:`reversal_config` with ``n_layers=depth``
+    (encoder and decoder), post-norm (the paper) or pre-norm (``norm_first=True`` with the
+    final LayerNorm a pre-norm stack needs), and the ``"noam"`` or ``"no-warmup"`` schedule:
+    the same peak learning rate, reached after ``warmup`` steps or used from step 1.
+
+    Args:
+        depths: layers per stack.
+        seeds: one run per seed and setting.
+        steps, batch_size, warmup, lr_scale: passed to :func:`train_reversal`.
+        every: the curves keep one point per ``every`` updates (the window's mean loss and
+            its largest gradient norm).
+        eval_n: fresh sequences greedy-decoded at the end (:func:`evaluate_reversal`).
+        log: called with one line per finished run (e.g. ``print``), or None.
+
+    Returns:
+        A JSON-ready dict: ``"settings"`` (the arguments and the model's sizes) and ``"runs"``,
+        one dict per run with ``depth``, ``norm`` (``"post"``/``"pre"``), ``schedule``,
+        ``seed``, ``final_loss`` (mean of the last ``every`` updates), ``exact_match``,
+        ``token_accuracy``, ``max_grad_norm``, ``finite`` (no NaN or inf loss), ``seconds``
+        (wall clock) and ``cpu_seconds`` (CPU time of this process, which other programs on a
+        busy machine do not inflate), and the curves ``loss`` and ``grad_norm`` (one point per window; point ``i`` covers
+        updates ``i·every`` … ``i·every + every − 1``).
+    """
+    depths, seeds = [int(d) for d in depths], [int(s) for s in seeds]
+    if not depths or not seeds or min(depths) < 1:
+        raise ValueError(f"need at least one depth (>= 1) and one seed, got depths={depths}, "
+                         f"seeds={seeds}")
+    if every < 1 or every > steps:
+        raise ValueError(f"every ({every}) must be in [1, steps = {steps}]")
+    base = reversal_config()
+    settings = dict(depths=depths, seeds=seeds, steps=steps, batch_size=batch_size,
+                    warmup=warmup, lr_scale=lr_scale, every=every, eval_n=eval_n,
+                    d_model=base.d_model, n_heads=base.n_heads, d_ff=base.d_ff,
+                    n_symbols=base.tgt_vocab_size - 1, seq_len=8, smoothing=0.1,
+                    peak_lr=lr_scale * noam_lambda(base.d_model, warmup)(warmup))
+    runs = []
+    for depth in depths:
+        for norm in NORMS:
+            pre = norm == "pre"
+            config = reversal_config(n_layers=depth, norm_first=pre, final_norm=pre)
+            for schedule in SCHEDULES:
+                for seed in seeds:
+                    start, cpu_start = time.perf_counter(), time.process_time()
+                    model, history = train_reversal(
+                        config, steps=steps, batch_size=batch_size, warmup=warmup,
+                        lr_scale=lr_scale, seed=seed, schedule=schedule)
+                    result = evaluate_reversal(model, eval_n)
+                    losses, norms = history["loss"], history["grad_norm"]
+                    run = dict(depth=depth, norm=norm, schedule=schedule, seed=seed,
+                               final_loss=round(_window_mean(losses[-every:]), 4),
+                               exact_match=round(result["exact_match"], 4),
+                               token_accuracy=round(result["token_accuracy"], 4),
+                               max_grad_norm=round(max(norms), 3),
+                               finite=all(math.isfinite(v) for v in losses),
+                               seconds=round(time.perf_counter() - start, 2),
+                               cpu_seconds=round(time.process_time() - cpu_start, 2),
+                               loss=_windows(losses, every, _window_mean),
+                               grad_norm=_windows(norms, every, max))
+                    runs.append(run)
+                    if log is not None:
+                        log(f"depth {depth}  {norm + '-norm':9s}  {schedule:9s}  seed {seed}:  "
+                            f"final loss {run['final_loss']:.3f}  exact match "
+                            f"{run['exact_match']:.2f}  max grad norm "
+                            f"{run['max_grad_norm']:.1f}  ({run['seconds']:.1f} s)")
+    return {"settings": settings, "runs": runs}
+
+
+def load_stability_ablation() -> dict:
+    """The precomputed :func:`stability_ablation` that ships with the library
+    (``transformer_lib/data/stability_ablation.json``, written by
+    ``bench/stability_ablation.py``): its ``"settings"`` and ``"runs"``, plus ``"command"``
+    (how to reproduce it), ``"seconds"`` and ``"cpu_seconds"`` (how long that took, wall
+    clock and CPU time) and ``"machine"``."""
+    path = resources.files("transformer_lib") / "data" / ABLATION_FILE
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,260 @@
+"""Checkers for the exercises of chapter 5, positional encodings
+(``chapters/05_positional.ipynb``): the matrix that moves a sinusoidal encoding k positions on,
+RoPE with the interleaved pairing, and one decoding step with RoPE and a cache of keys and
+values."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from transformer_lib.attention import scaled_dot_product_attention
+from transformer_lib.checks._harness import (
+    CheckResult,
+    _call,
+    _compare,
+    _generator,
+    _items,
+    _run,
+)
+from transformer_lib.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
+
+# The matrix M_k with PE(pos + k) = M_k PE(pos) -------------------------------------------------
+
+
+def _shift_matrix(k: int, d: int, *, exponent: float = 2.0, transpose: bool = False) -> Tensor:
+    """The reference (and, with other arguments, two mistakes): the ``(d, d)`` float64 matrix
+    that turns row ``pos`` of the sinusoidal table into row ``pos + k``. Channel pair
+    (2i, 2i+1) holds (sin, cos) of ``pos · ω_i``; adding ``k`` turns it by ``k · ω_i``."""
+    i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
+    angle = k * 10000.0 ** (-exponent * i / d)  # (d/2,)
+    c, s = torch.diag(angle.cos()), torch.diag(angle.sin())  # (d/2, d/2) each
+    m = torch.zeros(d, d, dtype=torch.float64)
+    m[0::2, 0::2], m[0::2, 1::2] = c, s  # sin(a + b) = sin a cos b + cos a sin b
+    m[1::2, 0::2], m[1::2, 1::2] = -s, c  # cos(a + b) = cos a cos b - sin a sin b
+    return m.T if transpose else m
+
+
+def _moves_the_table(k: int, d: int) -> Callable[[Tensor], str | None]:
+    """A property: ``M @ PE(pos) = PE(pos + k)`` for every row of a 64-row table."""
+    pe = sinusoidal_encoding(64 + abs(k), d).double()  # (64 + |k|, d)
+    start = max(0, -k)
+    before, after = pe[start:start + 64 - abs(k)], pe[start + k:start + k + 64 - abs(k)]
+
+    def prop(m: Tensor) -> str | None:
+        moved = before @ m.T  # (N, d): M @ PE(pos) for every pos
+        wrong = ~torch.isclose(moved, after, atol=1e-5, rtol=0)
+        if not wrong.any():
+            return None
+        row, channel = (int(i) for i in wrong.nonzero()[0])
+        return (f"M @ PE(pos) differs from PE(pos + k) at pos = {start + row}, channel "
+                f"{channel}: {moved[row, channel].item():.4g} instead of "
+                f"{after[row, channel].item():.4g}")
+    return prop
+
+
+def check_sinusoid_shift_matrix(sinusoid_shift_matrix: Callable[[int, int], Tensor]
+                                ) -> CheckResult:
+    """Check ``sinusoid_shift_matrix(k, d)``: the ``(d, d)`` matrix ``M_k`` with
+    ``PE(pos + k) = M_k @ PE(pos)`` for every position, where ``PE`` is the sinusoidal table
+    of ``transformer_lib.positional.sinusoidal_encoding`` (sin in channel 2i, cos in 2i+1)
+    and ``k`` any integer. Any floating dtype is accepted; it is compared in float64."""
+
+    def case(k: int, d: int) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(sinusoid_shift_matrix, [k, d], ["k", "d"])
+            if isinstance(got, Tensor) and got.is_floating_point():
+                got = got.double()  # float32 is fine: the comparison allows its rounding
+            mistakes = [
+                (_shift_matrix(k, d, transpose=True),
+                 "this matrix moves the encoding k positions back (it is M_{-k}): in channel "
+                 "pair i, the new sine is sin(pos·ω) cos(k·ω) + cos(pos·ω) sin(k·ω), so the "
+                 "entry for the cosine in the sine's row is +sin(k·ω)"),
+                (_shift_matrix(k, d, exponent=1.0),
+                 "pair i turns by ω_i = 1 / 10000^(2i/d) per position: the exponent is 2i/d, "
+                 "with i counting pairs (or 2i counting channels)"),
+                (_shift_matrix(1, d),
+                 "the angle of each block is k·ω_i, not ω_i: this is the matrix for one step"),
+            ]
+            _compare(got, _shift_matrix(k, d), "M_k", letters="(d, d)", axes=("row", "column"),
+                     atol=1e-6, rtol=0, properties=[_moves_the_table(k, d)], mistakes=mistakes)
+        return run
+
+    return _run("sinusoid_shift_matrix", sinusoid_shift_matrix, [
+        ("k = 1, d = 8", case(1, 8)),
+        ("k = 5, d = 16", case(5, 16)),
+        ("k = 0, d = 4: nothing moves", case(0, 4)),
+        ("k = -3, d = 12: back three positions", case(-3, 12)),
+    ])
+
+
+# RoPE with the interleaved pairing ---------------------------------------------------------
+
+
+def _interleaved_mistakes(x: Tensor, cos: Tensor, sin: Tensor) -> list[tuple[Tensor, str]]:
+    """The outputs that the usual mistakes give, each with its hint."""
+    D = x.shape[-1]
+    cos_x, sin_x = cos.to(x.dtype), sin.to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2)
+    swapped = torch.stack([-odd, even], dim=-1).flatten(-2)  # (..., T, D): pair (-x_odd, x_even)
+    tiled_cos, tiled_sin = torch.cat([cos_x, cos_x], -1), torch.cat([sin_x, sin_x], -1)  # (T, D)
+    return [
+        (apply_rope(x, cos, sin, "half"),
+         "this pairs channel i with channel i + D/2, the split-half pairing; the interleaved "
+         "pairing rotates neighbours: channels 2i and 2i+1 form pair i"),
+        (apply_rope(x, cos, -sin, "interleaved"),
+         "the pairs turn the wrong way: the first channel of a pair becomes "
+         "x_first·cos − x_second·sin, the second x_first·sin + x_second·cos"),
+        (torch.cat([even * cos_x - odd * sin_x, even * sin_x + odd * cos_x], dim=-1),
+         "the rotated pairs come back in the split-half layout (all first channels, then all "
+         "second channels): put the two results of pair i back into channels 2i and 2i+1"),
+        (x * tiled_cos + swapped * tiled_sin,
+         "channels 2i and 2i+1 must both use column i of cos and sin: repeat each column "
+         "twice (repeat_interleave), rather than the whole table side by side (cat)"),
+        (x, "nothing was rotated: the output equals the input"),
+    ]
+
+
+def _through_the_permutation(x: Tensor, cos: Tensor, sin: Tensor) -> Callable[[Tensor], str | None]:
+    """A property: reordering the channels as (0, 2, 4, …, 1, 3, 5, …) turns the output into
+    split-half RoPE of the reordered input."""
+    D = x.shape[-1]
+    order = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
+    want = apply_rope(x[..., order], cos, sin, "half")
+
+    def prop(out: Tensor) -> str | None:
+        got = out[..., order]
+        if torch.allclose(got.double(), want.double(), atol=1e-5, rtol=1e-4):
+            return None
+        return ("with its channels reordered as (0, 2, 4, …, 1, 3, 5, …), the output should be "
+                "split-half RoPE of the reordered input, and it is not")
+    return prop
+
+
+def check_rope_interleaved(rope_interleaved: Callable[[Tensor, Tensor, Tensor], Tensor]
+                           ) -> CheckResult:
+    """Check ``rope_interleaved(x, cos, sin)``: RoPE with the interleaved pairing (channels 2i
+    and 2i+1 form pair i, rotated by the angle whose cosine and sine are ``cos[t, i]`` and
+    ``sin[t, i]`` at position t). ``x`` is ``(..., T, D)``, ``cos`` and ``sin`` ``(T, D/2)``;
+    the output has the shape and dtype of ``x``."""
+    g = _generator()
+
+    def case(shape: tuple[int, ...], offset: int, dtype: torch.dtype) -> Callable[[], None]:
+        T, D = shape[-2], shape[-1]
+        x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)  # (..., T, D)
+        cos, sin = rope_cos_sin(T, D, offset=offset)  # (T, D/2) each, float32
+
+        def run() -> None:
+            got = _call(rope_interleaved, [x, cos, sin], ["x", "cos", "sin"])
+            _compare(got, apply_rope(x, cos, sin, "interleaved"), "the output",
+                     letters="(..., T, D)", properties=[_through_the_permutation(x, cos, sin)],
+                     mistakes=_interleaved_mistakes(x, cos, sin))
+        return run
+
+    return _run("rope_interleaved", rope_interleaved, [
+        ("x (2, 3, 5, 8): batch 2, 3 heads, positions 0-4, D = 8",
+         case((2, 3, 5, 8), 0, torch.float32)),
+        ("x (6, 4): positions 10-15, D = 4, no batch axes", case((6, 4), 10, torch.float32)),
+        ("x (1, 7, 16) in float64: the output stays float64",
+         case((1, 7, 16), 3, torch.float64)),
+    ])
+
+
+# One decoding step with RoPE and a cache -----------------------------------------------------
+
+
+def _cached_step(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
+                 cos: Tensor, sin: Tensor, *, at: int | None = None, rotate_q: bool = True,
+                 rotate_k: bool = True, store_rotated: bool = True, rotate_v: bool = False,
+                 rotate_cache: bool = False, scale: bool = True
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """The reference (the defaults) and the mistakes (the other arguments): the new token sits
+    at position ``at`` (default P, the cache's length); split-half RoPE."""
+    P = k_cache.shape[-2]
+    at = P if at is None else at
+    c, s = cos[at:at + 1], sin[at:at + 1]  # (1, D/2): the new token's angles
+    q_r = apply_rope(q, c, s) if rotate_q else q  # (B, H, 1, D)
+    k_r = apply_rope(k, c, s) if rotate_k else k  # (B, H, 1, D)
+    v_r = apply_rope(v, c, s) if rotate_v else v  # (B, H, 1, D)
+    old = apply_rope(k_cache, cos[:P], sin[:P]) if rotate_cache else k_cache  # (B, H, P, D)
+    keys = torch.cat([old, k_r], dim=-2)  # (B, H, P + 1, D)
+    values = torch.cat([v_cache, v_r], dim=-2)  # (B, H, P + 1, D)
+    q_s = q_r if scale else q_r * math.sqrt(q.shape[-1])  # undo the library's 1/√D
+    out, _ = scaled_dot_product_attention(q_s, keys, values)  # (B, H, 1, D)
+    stored = keys if store_rotated else torch.cat([old, k], dim=-2)
+    return out, stored, values
+
+
+_STORED_RAW = (dict(store_rotated=False),
+               "the new key went into the cache unrotated (row 0 of the tables turns nothing): "
+               "the next steps would compare their queries with a key that never turned; store "
+               "it rotated at its position P")
+_STEP_MISTAKES = [
+    (dict(at=0), "the new token was rotated as if it sat at position 0: it sits at position "
+                 "P, after the P cached tokens, so its angles are row P of cos and sin"),
+    (dict(rotate_v=True), "the value was rotated: RoPE turns queries and keys only, the values "
+                          "go into the weighted sum as they are"),
+    (dict(rotate_q=False), "the query was not rotated: q and k both turn, so that their score "
+                           "depends on the distance between their positions"),
+    (dict(rotate_k=False), "the new key was not rotated: every key turns by its own "
+                           "position, the new one too"),
+    (dict(rotate_cache=True), "the cached keys were rotated a second time: the cache already "
+                              "holds them rotated, at their own positions"),
+    (dict(scale=False), "the scores must be divided by √D before the softmax"),
+]
+
+
+def check_rope_cached_attention(rope_cached_attention: Callable[..., tuple]) -> CheckResult:
+    """Check ``rope_cached_attention(q, k, v, k_cache, v_cache, cos, sin) -> (out, keys,
+    values)``: one decoding step of split-half RoPE attention. ``q, k, v`` ``(B, H, 1, D)``
+    are the new token's projections (not rotated); ``k_cache, v_cache`` ``(B, H, P, D)`` hold
+    positions 0 … P−1, the keys already rotated at their positions; ``cos, sin`` ``(L, D/2)``
+    cover positions 0 … L−1. The new token sits at position P; ``out`` ``(B, H, 1, D)`` is
+    its attention over positions 0 … P, and ``keys``, ``values`` ``(B, H, P + 1, D)`` are the
+    cache after the step."""
+    g = _generator()
+
+    def case(B: int, H: int, P: int, D: int, L: int) -> Callable[[], None]:
+        q, k, v = torch.randn(3, B, H, 1, D, generator=g)  # (B, H, 1, D) each
+        history = torch.randn(2, B, H, P, D, generator=g)  # earlier keys and values, raw
+        cos, sin = rope_cos_sin(L, D)  # (L, D/2) each
+        k_cache = apply_rope(history[0], cos[:P], sin[:P])  # (B, H, P, D): as a cache holds it
+        v_cache = history[1]
+        args = [q, k, v, k_cache, v_cache, cos, sin]
+
+        def run() -> None:
+            got = _call(rope_cached_attention, args,
+                        ["q", "k", "v", "k_cache", "v_cache", "cos", "sin"])
+            got = _items(got, 3, "the triple (out, keys, values)")
+            want = _cached_step(*args)
+            # For the keys, an unrotated new key is named first: it is also what a rotation
+            # at position 0 stores.
+            order = {"out": _STEP_MISTAKES, "keys": [_STORED_RAW, *_STEP_MISTAKES],
+                     "values": _STEP_MISTAKES}
+            axes = ("batch", "head", "position", "channel")
+            one, all_ = (B, H, 1, D), (B, H, P + 1, D)
+            shape_hints = {
+                "out": {all_: "out is the new token's output only: one position"},
+                "keys": {(B, H, P, D): "keys must hold the new position too: P + 1 positions",
+                         one: "keys is the whole cache after the step: P + 1 positions"},
+                "values": {(B, H, P, D): "values must hold the new position too: P + 1 "
+                                         "positions",
+                           one: "values is the whole cache after the step: P + 1 positions"},
+            }
+            for i, (name, letters) in enumerate([("out", "(B, H, 1, D)"),
+                                                 ("keys", "(B, H, P + 1, D)"),
+                                                 ("values", "(B, H, P + 1, D)")]):
+                _compare(got[i], want[i], name, letters=letters, axes=axes,
+                         mistakes=[(_cached_step(*args, **kwargs)[i], hint)
+                                   for kwargs, hint in order[name]],
+                         shape_hints=shape_hints[name])
+        return run
+
+    return _run("rope_cached_attention", rope_cached_attention, [
+        ("batch 2, 2 heads, 5 cached positions, D = 8", case(2, 2, 5, 8, 16)),
+        ("batch 1, 3 heads, 11 cached positions, D = 4: the tables' last row",
+         case(1, 3, 11, 4, 12)),
+        ("an empty cache: the first token, at position 0", case(2, 1, 0, 6, 8)),
+    ])

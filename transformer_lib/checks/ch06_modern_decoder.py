@@ -1,0 +1,346 @@
+"""Checkers for the exercises of chapter 6, the modern decoder
+(``chapters/06_modern_decoder.ipynb``): counting a decoder's parameters from its config,
+turning a grouped-query checkpoint into a multi-head one, and attention with QK-norm."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from transformer_lib.attention import MultiHeadAttention, causal_mask, repeat_kv
+from transformer_lib.checks._harness import (
+    CheckResult,
+    _call,
+    _compare,
+    _describe,
+    _Failure,
+    _generator,
+    _run,
+)
+from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.norms import RMSNorm
+from transformer_lib.positional import apply_rope, rope_cos_sin
+
+
+@torch.no_grad()
+def _random_weights(module: torch.nn.Module, g: torch.Generator, std: float = 0.1):
+    """Random values for every weight, from ``g``; norm weights around 1, never all ones."""
+    for name, p in module.named_parameters():
+        noise = torch.randn(p.shape, generator=g)
+        p.copy_(1.0 + 0.3 * noise if "norm" in name else std * noise)
+    return module
+
+
+def _build(module_type: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """``module_type()`` without a trace in the global random state."""
+    with torch.random.fork_rng(devices=[]):
+        return module_type()
+
+
+# Counting a decoder's parameters --------------------------------------------------------------
+
+_COUNT_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                 "tie_embeddings")
+LLAMA2_7B = dict(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
+                 d_ff=11008, tie_embeddings=False)
+
+
+def _param_count(vocab_size: int, d_model: int, n_layers: int, n_heads: int, n_kv_heads: int,
+                 d_ff: int, tie_embeddings: bool, *, kv_heads: int | None = None,
+                 ffn_matrices: int = 3, norms_per_block: int = 2, final_norm: int = 1,
+                 output_layers: int | None = None, biases: bool = False) -> int:
+    """The parameters of a Decoder of these sizes; the keyword arguments build the usual
+    wrong counts (``kv_heads``: the heads k_proj and v_proj are counted with, and so on)."""
+    D = d_model // n_heads
+    kv = (n_kv_heads if kv_heads is None else kv_heads) * D
+    attention = 2 * d_model * d_model + 2 * d_model * kv
+    if biases:
+        attention += 2 * d_model + 2 * kv
+    ffn = ffn_matrices * d_model * d_ff
+    if biases:  # one bias vector per linear layer
+        ffn += (ffn_matrices - 1) * d_ff + d_model
+    block = attention + ffn + norms_per_block * d_model
+    outputs = (0 if tie_embeddings else 1) if output_layers is None else output_layers
+    return vocab_size * d_model * (1 + outputs) + n_layers * block + final_norm * d_model
+
+
+def _count_hints(sizes: dict[str, Any]) -> list[tuple[int, str]]:
+    """(wrong count, hint) pairs for the usual mistakes; the first match wins."""
+    tie = sizes["tie_embeddings"]
+    wrong = [
+        (_param_count(**sizes, kv_heads=sizes["n_heads"]),
+         "k_proj and v_proj make n_kv_heads · D outputs, not n_heads · D: with grouped-query "
+         "attention they are smaller than q_proj"),
+        (_param_count(**sizes, ffn_matrices=2),
+         "SwiGLU has three matrices, gate_proj, up_proj and down_proj, not two"),
+        (_param_count(**sizes, norms_per_block=0, final_norm=0),
+         "every block has two RMSNorm weight vectors of d_model numbers, and there is a final "
+         "RMSNorm after the last block"),
+        (_param_count(**sizes, final_norm=0),
+         "the model has one more RMSNorm after the last block (model.norm)"),
+        (_param_count(**sizes, norms_per_block=1),
+         "each block has two RMSNorms: one before the attention, one before the SwiGLU"),
+        (_param_count(**sizes, biases=True),
+         "the modern decoder has no biases: every nn.Linear is built with bias=False"),
+    ]
+    if tie:
+        wrong.append((_param_count(**sizes, output_layers=1),
+                      "with tie_embeddings the output layer *is* the embedding matrix: count "
+                      "it once"))
+    else:
+        wrong.append((_param_count(**sizes, output_layers=0),
+                      "without tie_embeddings the output layer lm_head is a second "
+                      "vocab_size × d_model matrix"))
+    return wrong
+
+
+def check_decoder_param_count(decoder_param_count: Callable[..., int]) -> CheckResult:
+    """Check ``decoder_param_count(vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff,
+    tie_embeddings)``: the number of parameters of a :class:`Decoder` with those sizes,
+    against the model itself (and, for Llama 2 7B, against the count of its parts)."""
+
+    def case(sizes: dict[str, Any], build: bool) -> Callable[[], None]:
+        def run() -> None:
+            got = _call(decoder_param_count, [sizes[f] for f in _COUNT_FIELDS],
+                        list(_COUNT_FIELDS))
+            if isinstance(got, Tensor) and got.numel() == 1:
+                got = got.item()
+            if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
+                raise _Failure(f"expected a whole number of parameters, got {_describe(got)}")
+            if build:
+                model = _build(lambda: Decoder(DecoderConfig(**sizes, max_seq_len=16)))
+                want = sum(p.numel() for p in model.parameters())
+            else:
+                want = _param_count(**sizes)
+            if int(got) == want:
+                return
+            hint = next((h for wrong, h in _count_hints(sizes) if wrong == int(got)
+                         and wrong != want), None)
+            raise _Failure(f"expected {want:,} parameters, got {int(got):,}", hint)
+        return run
+
+    return _run("decoder_param_count", decoder_param_count, [
+        ("V 64, C 64, 2 layers, 4 heads, 2 KV heads, d_ff 172, tied",
+         case(dict(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=172,
+                   tie_embeddings=True), True)),
+        ("V 50, C 48, 3 layers, 6 heads, 1 KV head (MQA), d_ff 128, untied",
+         case(dict(vocab_size=50, d_model=48, n_layers=3, n_heads=6, n_kv_heads=1, d_ff=128,
+                   tie_embeddings=False), True)),
+        ("V 30, C 32, 1 layer, 4 heads, 4 KV heads (MHA), d_ff 40, untied",
+         case(dict(vocab_size=30, d_model=32, n_layers=1, n_heads=4, n_kv_heads=4, d_ff=40,
+                   tie_embeddings=False), True)),
+        ("Llama 2 7B: V 32,000, C 4096, 32 layers, 32 heads, d_ff 11,008, untied",
+         case(LLAMA2_7B, False)),
+    ])
+
+
+# From a grouped-query checkpoint to a multi-head one --------------------------------------------
+
+
+def _gqa_to_mha(state: dict[str, Tensor], n_heads: int, n_kv_heads: int,
+                how: str = "interleave") -> dict[str, Tensor]:
+    """The reference (``how="interleave"``) and the usual wrong conversions: ``"tile"``
+    (kv0, kv1, kv0, kv1), ``"rows"`` (each row repeated on its own)."""
+    n_rep = n_heads // n_kv_heads
+    out = {}
+    for name, t in state.items():
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            rows, C = t.shape
+            heads = t.reshape(n_kv_heads, rows // n_kv_heads, C)  # (H_kv, D, C)
+            if how == "interleave":
+                t = heads.repeat_interleave(n_rep, dim=0).reshape(-1, C)
+            elif how == "tile":
+                t = heads.repeat(n_rep, 1, 1).reshape(-1, C)
+            else:
+                t = t.repeat_interleave(n_rep, dim=0)
+        out[name] = t.clone()
+    return out
+
+
+def check_gqa_to_mha(gqa_to_mha: Callable[[dict, int, int], dict]) -> CheckResult:
+    """Check ``gqa_to_mha(state_dict, n_heads, n_kv_heads)``: from the state dict of a
+    :class:`Decoder` with grouped-query attention, a new state dict that a Decoder with the
+    same config but ``n_kv_heads = n_heads`` loads strictly and that gives the same logits;
+    the input dict and its tensors are left unchanged."""
+    g = _generator()
+
+    def case(n_heads: int, n_kv_heads: int, n_layers: int, tie: bool) -> Callable[[], None]:
+        config = DecoderConfig(vocab_size=40, d_model=8 * n_heads, n_layers=n_layers,
+                               n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=24,
+                               max_seq_len=16, tie_embeddings=tie)
+        mha_config = dataclasses.replace(config, n_kv_heads=n_heads)
+        gqa = _random_weights(_build(lambda: Decoder(config)), g).eval()
+        tokens = torch.randint(0, 40, (2, 12), generator=g)  # (B, T)
+
+        def logits_of(state: dict[str, Tensor]) -> Tensor:
+            mha = _build(lambda: Decoder(mha_config)).eval()
+            mha.load_state_dict(state)
+            with torch.no_grad():
+                return mha(tokens)  # (B, T, V)
+
+        def run() -> None:
+            original = {k: v.detach().clone() for k, v in gqa.state_dict().items()}
+            given = {k: v.clone() for k, v in original.items()}
+            got = _call(gqa_to_mha, [given, n_heads, n_kv_heads],
+                        ["state_dict", "n_heads", "n_kv_heads"])
+            changed = [k for k in original if k not in given
+                       or not torch.equal(given[k], original[k])]
+            if changed:
+                raise _Failure(f"changed its input: {changed[0]}",
+                               "build a new dict with new tensors; the caller still needs "
+                               "the GQA state dict")
+            if not isinstance(got, dict):
+                raise _Failure(f"returned {_describe(got)}: return a dict of tensors")
+            missing = sorted(set(original) - set(got))
+            if missing:
+                raise _Failure(f"the result lacks {missing[0]}",
+                               "return every tensor of the state dict, converted or not")
+            layer = "layers.0.self_attn."
+            for role in ("k_proj", "v_proj"):
+                shape = tuple(got[layer + role + ".weight"].shape)
+                want = (config.d_model, config.d_model)
+                if shape != want and n_heads != n_kv_heads:
+                    hint = ("convert the values too: v_proj feeds the same repeated heads as "
+                            "k_proj" if role == "v_proj" and shape[0] < want[0] else
+                            "convert the keys too: k_proj is repeated like v_proj"
+                            if role == "k_proj" and shape[0] < want[0] else
+                            "each of the H_kv heads must appear n_heads / n_kv_heads times")
+                    raise _Failure(f"{role}.weight has shape {shape}, an MHA decoder needs "
+                                   f"(H·D, C) = {want}", hint)
+            try:
+                got_logits = logits_of(got)
+            except Exception as exc:  # noqa: BLE001 - a state dict that does not load
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise _Failure(f"the MHA decoder could not load the result "
+                               f"({type(exc).__name__}: {first[:160]})") from None
+            want_logits = logits_of(_gqa_to_mha(original, n_heads, n_kv_heads))
+            mistakes = []
+            if n_heads // n_kv_heads > 1 and n_kv_heads > 1:
+                mistakes.append((logits_of(_gqa_to_mha(original, n_heads, n_kv_heads,
+                                                       "tile")),
+                                 "the heads are tiled (kv0, kv1, kv0, kv1): repeat_kv gives "
+                                 "query heads 0 … n_rep − 1 to key/value head 0, so each head "
+                                 "must be repeated in place (kv0, kv0, kv1, kv1)"))
+            if n_heads // n_kv_heads > 1:
+                mistakes.append((logits_of(_gqa_to_mha(original, n_heads, n_kv_heads,
+                                                       "rows")),
+                                 "single rows were repeated: a head is a block of D "
+                                 "consecutive rows, and the whole block must be repeated"))
+            _compare(got_logits, want_logits, "the logits of the converted model",
+                     letters="(B, T, V)", axes=("batch", "position", "token"),
+                     mistakes=mistakes)
+        return run
+
+    return _run("gqa_to_mha", gqa_to_mha, [
+        ("4 query heads, 2 KV heads, 2 layers, tied embeddings", case(4, 2, 2, True)),
+        ("6 query heads, 2 KV heads (groups of 3), 1 layer", case(6, 2, 1, False)),
+        ("4 query heads, 1 KV head (MQA), 2 layers", case(4, 1, 2, False)),
+        ("3 query heads, 3 KV heads (already MHA), 1 layer", case(3, 3, 1, True)),
+    ])
+
+
+# Attention with QK-norm ----------------------------------------------------------------------
+
+
+def _whole_width(norm: RMSNorm) -> Callable[[Tensor], Tensor]:
+    """``norm``'s weight, but the mean square over all heads of a position (the mistake of
+    normalising the projection before splitting it into heads)."""
+
+    def apply(t: Tensor) -> Tensor:  # (B, H, T, D)
+        mean_square = t.pow(2).mean(dim=(1, 3), keepdim=True)  # (B, 1, T, 1)
+        return t * torch.rsqrt(mean_square + norm.eps) * norm.weight
+
+    return apply
+
+
+def _qk_norm_attention(x: Tensor, attn: MultiHeadAttention, q_norm: RMSNorm, k_norm: RMSNorm,
+                       cos: Tensor, sin: Tensor, *, order: str = "norm-rope",
+                       norm_k: bool = True, norm_v: bool = False, masked: bool = True,
+                       pairing: str = "half", per_head: bool = True) -> Tensor:
+    """The reference (defaults) and the usual mistakes, selected by the keyword arguments."""
+    B, T, C = x.shape
+    H, H_kv = attn.n_heads, attn.n_kv_heads
+    D = C // H
+    q = attn.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = attn.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
+    v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
+    if not per_head:  # the statistics over all channels of a position, then the weights
+        q_norm, k_norm = _whole_width(q_norm), _whole_width(k_norm)
+    k_n = k_norm if norm_k else (lambda t: t)
+    if order == "norm-rope":
+        q = apply_rope(q_norm(q), cos, sin, pairing)
+        k = apply_rope(k_n(k), cos, sin, pairing)
+    else:
+        q = q_norm(apply_rope(q, cos, sin, pairing))
+        k = k_n(apply_rope(k, cos, sin, pairing))
+    if norm_v:
+        v = k_norm(v)
+    k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)  # (B, H, T, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
+    if masked:
+        scores = scores.masked_fill(~causal_mask(T), float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+    return attn.o_proj(out.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckResult:
+    """Check ``qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)``: causal grouped-query
+    self-attention of ``x`` ``(B, T, C)`` through ``attn`` (a bias-free
+    :class:`MultiHeadAttention`), each head's queries and keys RMS-normalised over their D
+    channels by ``q_norm`` and ``k_norm`` after the projections and before split-half RoPE;
+    returns ``(B, T, C)``."""
+    g = _generator()
+
+    def case(B: int, T: int, C: int, H: int, H_kv: int) -> Callable[[], None]:
+        D = C // H
+        attn = _random_weights(_build(lambda: MultiHeadAttention(C, H, H_kv, bias=False)),
+                               g, std=0.3)
+        q_norm = _random_weights(_build(lambda: RMSNorm(D)), g)
+        k_norm = _random_weights(_build(lambda: RMSNorm(D)), g)
+        for norm in (q_norm, k_norm):  # named "weight", not "norm…": random around 1
+            with torch.no_grad():
+                norm.weight.copy_(1.0 + 0.5 * torch.randn(D, generator=g))
+        x = torch.randn(B, T, C, generator=g)  # (B, T, C)
+        cos, sin = rope_cos_sin(T, D, offset=3)  # (T, D/2): positions 3 … T + 2
+
+        def run() -> None:
+            with torch.no_grad():
+                got = _call(qk_norm_attention, [x, attn, q_norm, k_norm, cos, sin],
+                            ["x", "attn", "q_norm", "k_norm", "cos", "sin"])
+                args = (x, attn, q_norm, k_norm, cos, sin)
+                want = _qk_norm_attention(*args)
+                mistakes = [
+                    (_qk_norm_attention(*args, order="rope-norm"),
+                     "the norm comes before RoPE: normalise the projected queries and keys, "
+                     "then rotate them (with these non-uniform norm weights the two orders "
+                     "differ)"),
+                    (_qk_norm_attention(*args, norm_k=False),
+                     "normalise the keys too, with k_norm: QK-norm bounds the scores only "
+                     "when both sides are normalised"),
+                    (_qk_norm_attention(*args, norm_v=True),
+                     "only queries and keys are normalised; the values stay as v_proj makes "
+                     "them"),
+                    (_qk_norm_attention(*args, masked=False),
+                     "the attention is causal: mask the scores of later positions with -inf "
+                     "before the softmax"),
+                    (_qk_norm_attention(*args, per_head=False),
+                     "the mean square is taken over each head's D channels (RMSNorm(D) on "
+                     "the (B, H, T, D) tensor), not over all C channels of a position"),
+                    (_qk_norm_attention(*args, pairing="interleaved"),
+                     "use the split-half pairing (channel i with i + D/2), as apply_rope does "
+                     "by default"),
+                ]
+            _compare(got, want, "the output", letters="(B, T, C)",
+                     axes=("batch", "position", "channel"), mistakes=mistakes,
+                     shape_hints={(B, H, T, D): "merge the heads back and apply o_proj: "
+                                                "transpose(1, 2).reshape(B, T, C)"})
+        return run
+
+    return _run("qk_norm_attention", qk_norm_attention, [
+        ("B 2, T 6, C 32, 4 heads, 2 KV heads", case(2, 6, 32, 4, 2)),
+        ("B 1, T 9, C 24, 3 heads, 1 KV head (MQA)", case(1, 9, 24, 3, 1)),
+        ("B 2, T 5, C 16, 2 heads, 2 KV heads (MHA)", case(2, 5, 16, 2, 2)),
+    ])

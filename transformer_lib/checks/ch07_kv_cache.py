@@ -1,0 +1,399 @@
+"""Checkers for the exercises of chapter 7, the KV cache (``chapters/07_kv_cache.ipynb``): the
+longest context whose cache fits a memory budget, one cached step of a grouped-query attention
+layer on a chunk of new tokens, and a step of greedy speculative decoding that verifies a
+draft in one forward and rolls the cache back."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.cache import KVCache
+from transformer_lib.checks._harness import (
+    CheckResult,
+    _call,
+    _compare,
+    _compare_number,
+    _describe,
+    _Failure,
+    _generator,
+    _items,
+    _run,
+)
+from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.positional import apply_rope, rope_cos_sin
+
+# The longest context that fits a budget -----------------------------------------------------
+
+
+def _bytes_per_value(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _max_context(budget_bytes: int, n_layers: int, d_model: int, n_heads: int,
+                 n_kv_heads: int, batch_size: int, dtype: torch.dtype, *, factor: int = 2,
+                 heads: int | None = None, batch: bool = True, bits: bool = False,
+                 round_up: bool = False) -> int:
+    """The reference (the defaults) and the mistakes (the other arguments)."""
+    head_dim = d_model // n_heads
+    size = dtype.itemsize * 8 if bits else _bytes_per_value(dtype)
+    per_token = factor * n_layers * (heads or n_kv_heads) * head_dim * size
+    per_token *= batch_size if batch else 1
+    return -(-budget_bytes // per_token) if round_up else budget_bytes // per_token
+
+
+_CONTEXT_MISTAKES = [
+    (dict(heads="n_heads"), "this counts one key/value head per query head: with grouped-query "
+                            "attention the cache holds only the n_kv_heads heads"),
+    (dict(factor=1), "the cache holds keys and values: two tensors per layer, not one"),
+    (dict(batch=False), "each of the batch_size sequences has its own cache: the bytes per "
+                        "position grow with the batch"),
+    (dict(bits=True), "this counts bits: a value of this dtype takes "
+                      "torch.empty((), dtype=dtype).element_size() bytes"),
+    (dict(round_up=True), "this rounds up, and the last position would not fit: the answer "
+                          "is the largest context whose cache stays within the budget"),
+    (dict(factor=4), "keys and values are two tensors per layer: count the factor 2 once"),
+]
+
+
+def check_max_context(max_context: Callable[..., int]) -> CheckResult:
+    """Check ``max_context(budget_bytes, n_layers, d_model, n_heads, n_kv_heads, batch_size,
+    dtype) -> int``: the largest number of positions T such that the KV cache of
+    ``batch_size`` sequences of T positions fits in ``budget_bytes`` bytes, for a decoder
+    with head dim ``d_model // n_heads``, values stored in ``dtype``."""
+
+    def case(*args) -> Callable[[], None]:
+        names = ["budget_bytes", "n_layers", "d_model", "n_heads", "n_kv_heads", "batch_size",
+                 "dtype"]
+
+        def run() -> None:
+            got = _call(max_context, list(args), names)
+            want = _max_context(*args)
+            if isinstance(got, float) and not got.is_integer():
+                raise _Failure(f"returned {got}, not a whole number of positions",
+                               "round down to a whole number of positions: // rather than /")
+            mistakes = []
+            for kwargs, hint in _CONTEXT_MISTAKES:
+                kwargs = {k: (args[3] if v == "n_heads" else v) for k, v in kwargs.items()}
+                wrong = _max_context(*args, **kwargs)
+                if wrong != want:
+                    mistakes.append((wrong, hint))
+            _compare_number(got, want, "the context length", rel_tol=0.0, mistakes=mistakes)
+        return run
+
+    gib = 2 ** 30
+    return _run("max_context", max_context, [
+        ("24 GiB, a 7B-class shape with 8 KV heads, batch 4, bfloat16",
+         case(24 * gib, 32, 4096, 32, 8, 4, torch.bfloat16)),
+        ("1 GB (10^9 bytes), 12 layers, MHA, batch 1, float32: not a whole number of "
+         "positions", case(10 ** 9, 12, 768, 12, 12, 1, torch.float32)),
+        ("80 GiB, 80 layers with 8 KV heads of 128, batch 16, float16",
+         case(80 * gib, 80, 8192, 64, 8, 16, torch.float16)),
+        ("a budget smaller than one position: 0", case(200, 2, 64, 4, 1, 1, torch.float64)),
+    ])
+
+
+# One cached step of a GQA layer on a chunk ---------------------------------------------------
+
+
+def _reference_step(attn: MultiHeadAttention, x: Tensor, k_cache: Tensor, v_cache: Tensor,
+                    cos: Tensor, sin: Tensor, *, mask: str = "causal", rope_from: str = "cache",
+                    store_repeated: bool = False, rotate_cache: bool = False,
+                    rotate_v: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """The reference (the defaults) and the mistakes (the other arguments), computed with the
+    layer's own projections: RoPE split-half, the new tokens at positions P … P + T - 1."""
+    B, T, C = x.shape
+    P, H, H_kv, D = k_cache.shape[2], attn.n_heads, attn.n_kv_heads, attn.head_dim
+    start = P if rope_from == "cache" else 0
+    c, s = cos[start:start + T], sin[start:start + T]  # (T, D/2) each
+    q = attn.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = attn.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
+    v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
+    q, k = apply_rope(q, c, s), apply_rope(k, c, s)
+    if rotate_v:
+        v = apply_rope(v, c, s)
+    old_k = apply_rope(k_cache, cos[:P], sin[:P]) if rotate_cache else k_cache
+    keys = torch.cat([old_k, k], dim=2)  # (B, H_kv, P + T, D)
+    values = torch.cat([v_cache, v], dim=2)  # (B, H_kv, P + T, D)
+    m = {"causal": causal_mask(T, P + T),
+         "tril": torch.ones(T, P + T).tril().bool(),  # ignores the offset
+         "none": None}[mask]
+    rep = H // H_kv
+    full_k = keys.repeat_interleave(rep, dim=1)  # (B, H, P + T, D)
+    full_v = values.repeat_interleave(rep, dim=1)  # (B, H, P + T, D)
+    scores = q @ full_k.transpose(-2, -1) * D ** -0.5  # (B, H, T, P + T)
+    if m is not None:
+        scores = scores.masked_fill(~m, float("-inf"))
+    out = scores.softmax(dim=-1) @ full_v  # (B, H, T, D)
+    out = attn.o_proj(out.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+    if store_repeated:
+        return out, full_k, full_v
+    return out, keys, values
+
+
+_STEP_MISTAKES = [
+    (dict(mask="tril"), "the mask ignores the offset: query i sits at position P + i and may "
+                        "see keys 0 … P + i, so the mask has P extra visible columns on the "
+                        "left (causal_mask(T, P + T)), not the lower triangle of a (T, S) "
+                        "block"),
+    (dict(mask="none"), "without a mask each new token also sees the new tokens after it: "
+                        "within the chunk the mask is still causal"),
+    (dict(rope_from="zero"), "the new tokens were turned as if they started at position 0: "
+                             "their RoPE rows are P … P + T - 1, after the cached positions"),
+    (dict(rotate_cache=True), "the cached keys were rotated again: the cache holds them "
+                              "already turned, each at its own position"),
+    (dict(rotate_v=True), "the values were rotated: RoPE turns queries and keys only"),
+]
+
+
+def check_cached_attention_step(cached_attention_step: Callable[..., tuple]) -> CheckResult:
+    """Check ``cached_attention_step(attn, x, k_cache, v_cache, cos, sin) -> (out, k_cache,
+    v_cache)``: one step of a grouped-query attention layer ``attn`` (a
+    :class:`~transformer_lib.attention.MultiHeadAttention`, split-half RoPE) on a chunk
+    ``x`` ``(B, T, C)`` of new tokens at positions ``P … P + T - 1``, given the cached keys
+    (rotated) and values ``(B, H_kv, P, D)`` of positions ``0 … P - 1`` and RoPE tables
+    ``(L, D/2)``. Returns the layer's output ``(B, T, C)`` for the new tokens and the caches
+    after the step, ``(B, H_kv, P + T, D)`` each."""
+    g = _generator()
+
+    def case(B: int, H: int, H_kv: int, D: int, P: int, T: int, bias: bool,
+             layer_idx: int) -> Callable[[], None]:
+        C = H * D
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(0, 2 ** 31, (1,), generator=g)))
+            attn = MultiHeadAttention(C, H, H_kv, bias=bias, layer_idx=layer_idx).eval()
+        with torch.no_grad():
+            for p in attn.parameters():
+                p.copy_(0.4 * torch.randn(p.shape, generator=g))
+        history = torch.randn(B, P + T, C, generator=g)  # every position's input
+        cos, sin = rope_cos_sin(P + T + 3, D)  # (L, D/2): a few rows to spare
+        with torch.no_grad():  # the caches as a layer that saw positions 0 … P - 1 left them
+            k_old = attn.k_proj(history[:, :P]).view(B, P, H_kv, D).transpose(1, 2)
+            k_cache = apply_rope(k_old, cos[:P], sin[:P])  # (B, H_kv, P, D)
+            v_cache = attn.v_proj(history[:, :P]).view(B, P, H_kv, D).transpose(1, 2)
+        x = history[:, P:]  # (B, T, C): the new tokens
+        args = [attn, x, k_cache, v_cache, cos, sin]
+
+        def run() -> None:
+            with torch.no_grad():
+                got = _call(cached_attention_step, args,
+                            ["attn", "x", "k_cache", "v_cache", "cos", "sin"])
+                want = _reference_step(*args)
+                wrongs = [(_reference_step(*args, **kw), hint) for kw, hint in _STEP_MISTAKES]
+            got = _items(got, 3, "the triple (out, k_cache, v_cache)")
+            repeated = (B, H, P + T, D)
+            kv_hints = {
+                repeated: "store the H_kv key/value heads, not copies for every query head: "
+                          "the repetition is only for the attention product",
+                (B, H_kv, P, D): "the cache after the step holds the new positions too: "
+                                 "P + T of them",
+                (B, H_kv, T, D): "return the whole cache after the step, the P cached "
+                                 "positions and the T new ones",
+            }
+            axes = ("batch", "KV head", "position", "channel")
+            _compare(got[0], want[0], "out", letters="(B, T, C)",
+                     axes=("batch", "new token", "channel"),
+                     mistakes=[(w[0], hint) for w, hint in wrongs])
+            _compare(got[1], want[1], "k_cache", letters="(B, H_kv, P + T, D)", axes=axes,
+                     mistakes=[(w[1], hint) for w, hint in wrongs], shape_hints=kv_hints)
+            _compare(got[2], want[2], "v_cache", letters="(B, H_kv, P + T, D)", axes=axes,
+                     mistakes=[(w[2], hint) for w, hint in wrongs], shape_hints=kv_hints)
+
+        def run_with_hints() -> None:
+            try:
+                run()
+            except _Failure as exc:
+                if exc.hint is None and "does not broadcast to scores" in exc.message:
+                    raise _Failure(exc.message,
+                                   "a square (T, T) mask leaves out the cached keys: the "
+                                   "scores are (T, P + T)") from None
+                raise
+        return run_with_hints
+
+    return _run("cached_attention_step", cached_attention_step, [
+        ("GQA: 4 query heads, 2 KV heads, 5 cached positions, a chunk of 3",
+         case(2, 4, 2, 4, 5, 3, False, 0)),
+        ("one new token after 9 cached positions (decoding), bias, layer 1",
+         case(1, 4, 2, 6, 9, 1, True, 1)),
+        ("MQA: 6 query heads share one KV head, a chunk of 4 after 7",
+         case(2, 6, 1, 4, 7, 4, False, 0)),
+        ("an empty cache: a prompt of 5 tokens (prefill), MHA", case(1, 2, 2, 8, 0, 5, False, 2)),
+    ])
+
+
+# Greedy speculative decoding: verify a draft, roll the cache back ------------------------------
+
+
+def _checker_model(seed: int) -> Decoder:
+    """A small decoder whose greedy choices vary from token to token (16 tokens, weights drawn
+    wide), made without touching the global random state."""
+    config = DecoderConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=48, max_seq_len=64)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Decoder(config)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.uniform_(0.7, 1.3)
+                else:
+                    p.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def _greedy(model: Decoder, tokens: Tensor, n: int) -> Tensor:
+    """The n greedy tokens that follow ``tokens`` ``(1, T)``: ``(1, n)``."""
+    return model.generate(tokens, n, use_cache=False)[:, tokens.shape[1]:]
+
+
+def _speculative_reference(model: Decoder, cache: KVCache, pending: Tensor, draft: Tensor, *,
+                           rollback: str = "accepted", shift: int = 0, prefix: bool = True,
+                           bonus: bool = True) -> Tensor:
+    """The reference (the defaults) and the mistakes (the other arguments)."""
+    P, k = cache.pos, draft.shape[1]
+    logits = model(torch.cat([pending, draft], dim=1), cache)  # (1, k + 1, V)
+    choice = logits.argmax(dim=-1)  # (1, k + 1): the model's token after each position
+    if shift:
+        choice = torch.cat([choice[:, 1:], choice[:, -1:]], dim=1)
+    agree = (draft[0] == choice[0, :k]).long()
+    n = int(agree.cumprod(0).sum()) if prefix else int(agree.sum())
+    cache.pos = {"accepted": P + 1 + n, "none": P + 1 + k, "pending": P + n}[rollback]
+    new = torch.cat([draft[:, :n], choice[:, n:n + 1]], dim=1)  # (1, n + 1)
+    return new if bonus else draft[:, :n]
+
+
+def _run_spec(step: Callable, model: Decoder, prompt: Tensor, draft: Tensor, copy: bool
+              ) -> tuple[object, KVCache, Tensor, Tensor]:
+    """Prefill ``prompt[:, :-1]`` into a fresh cache, then call ``step`` once."""
+    cache = model.new_cache(1)
+    with torch.no_grad():
+        model(prompt[:, :-1], cache)
+    pending = prompt[:, -1:]
+    if copy:
+        return _call(step, [model, cache, pending, draft],
+                     ["model", "cache", "pending", "draft"]), cache, pending, draft
+    with torch.no_grad():
+        return step(model, cache, pending, draft), cache, pending, draft
+
+
+def _spec_mistakes(model: Decoder, prompt: Tensor, draft: Tensor) -> list[tuple[Tensor, int, str]]:
+    """(new tokens, cache.pos after) of each known mistake, with its hint."""
+    found = []
+    for kwargs, hint in [
+        (dict(shift=1), "the logits of the chunk's position i predict the token after "
+                        "position i: draft token i is checked against the choice made at "
+                        "the chunk's position i (the pending token is position 0)"),
+        (dict(prefix=False), "a draft token after the first disagreement was accepted: once "
+                             "the model disagrees, the later draft tokens were guessed after "
+                             "a wrong token and are all rejected"),
+        (dict(bonus=False), "after the accepted draft tokens comes the model's own token, the "
+                            "choice at the first rejected position (or after the last draft "
+                            "token): the step returns n + 1 tokens"),
+        (dict(rollback="none"), "cache.pos still counts the rejected draft tokens: set it back "
+                                "to P + 1 + n, so that their stale keys and values are "
+                                "neither read nor kept"),
+        (dict(rollback="pending"), "the pending token was dropped from the cache: it was "
+                                   "part of the sequence, so cache.pos is P + 1 + n"),
+    ]:
+        step = lambda m, c, p, d, kw=kwargs: _speculative_reference(m, c, p, d, **kw)  # noqa: E731
+        new, cache, _, _ = _run_spec(step, model, prompt, draft, copy=False)
+        found.append((new, cache.pos, hint))
+    return found
+
+
+def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResult:
+    """Check ``speculative_step(model, cache, pending, draft) -> new``: one step of greedy
+    speculative decoding with a :class:`~transformer_lib.decoder.Decoder` and its KV cache,
+    batch 1. ``cache`` holds positions ``0 … P - 1``; ``pending`` ``(1, 1)`` is the last
+    token of the sequence, at position P, not yet cached; ``draft`` ``(1, k)`` are guesses of
+    the next k tokens. ``new`` ``(1, n + 1)`` holds the n draft tokens the model agrees with
+    (the longest agreeing prefix) and then the model's own greedy token; afterwards
+    ``cache.pos`` is ``P + 1 + n``."""
+    model = _checker_model(seed=7)
+    prompt = torch.randint(0, 16, (1, 6), generator=_generator(3))  # (1, 6)
+
+    def one_step(wrong_at: int | None, k: int, also_right_after: bool = False
+                 ) -> Callable[[], None]:
+        """A draft of k tokens that agrees with the model up to ``wrong_at`` (None: all)."""
+        with torch.no_grad():
+            truth = _greedy(model, prompt, k)  # (1, k)
+            draft = truth.clone()
+            if wrong_at is not None:
+                draft[0, wrong_at] = (truth[0, wrong_at] + 1) % 16
+                if also_right_after and wrong_at + 1 < k:  # agrees again after the mistake
+                    seen = torch.cat([prompt, draft[:, :wrong_at + 1]], dim=1)
+                    draft[0, wrong_at + 1] = _greedy(model, seen, 1)[0, 0]
+        n = k if wrong_at is None else wrong_at
+
+        def run() -> None:
+            with torch.no_grad():
+                got, cache, pending, _ = _run_spec(speculative_step, model, prompt, draft,
+                                                   copy=True)
+                want = torch.cat([truth[:, :n], _greedy(model, torch.cat(
+                    [prompt, truth[:, :n]], dim=1), 1)], dim=1)  # (1, n + 1)
+                mistakes = _spec_mistakes(model, prompt, draft)
+            P = prompt.shape[1] - 1
+            shape_hints: dict[tuple[int, ...], str] = {}
+            for new, _, hint in mistakes:  # a mistake that accepts too few or too many
+                if new.shape != want.shape:
+                    shape_hints.setdefault(tuple(new.shape), hint)
+            _compare(got, want, "the new tokens", letters="(1, n + 1)",
+                     axes=("batch", "token"),
+                     mistakes=[(new, hint) for new, _, hint in mistakes],
+                     shape_hints=shape_hints)
+            if cache.pos != P + 1 + n:
+                hint = next((h for new, pos, h in mistakes
+                             if pos == cache.pos and torch.equal(new, want)), None)
+                raise _Failure(f"cache.pos is {cache.pos} after the step; expected P + 1 + n "
+                               f"= {P} + 1 + {n} = {P + 1 + n}", hint)
+        return run
+
+    def generation(steps: int) -> Callable[[], None]:
+        """Generate with the student's step and drafts that are wrong every third token: the
+        tokens must be the model's greedy ones, the cache must stay right."""
+        def run() -> None:
+            with torch.no_grad():
+                truth = _greedy(model, prompt, 40)[0]  # (40,)
+                cache = model.new_cache(1)
+                model(prompt[:, :-1], cache)
+                sequence, pending = prompt.clone(), prompt[:, -1:]
+                for i in range(steps):
+                    done = sequence.shape[1] - prompt.shape[1]
+                    draft = truth[done:done + 3].clone()[None]  # (1, 3)
+                    if draft.shape[1] < 3:
+                        break
+                    draft[0, (i % 3)] = (draft[0, i % 3] + 5) % 16  # one wrong guess
+                    new = _call(speculative_step, [model, cache, pending, draft],
+                                ["model", "cache", "pending", "draft"])
+                    if not isinstance(new, Tensor) or new.dim() != 2 or new.shape[0] != 1 \
+                            or new.shape[1] < 1:
+                        raise _Failure(f"step {i + 1} returned {_describe(new)}: return "
+                                       "the new tokens as a (1, n + 1) tensor")
+                    sequence = torch.cat([sequence, new], dim=1)
+                    pending = new[:, -1:]
+                    if cache.pos != sequence.shape[1] - 1:
+                        raise _Failure(
+                            f"after step {i + 1} the sequence has {sequence.shape[1]} tokens "
+                            f"but cache.pos is {cache.pos} (expected {sequence.shape[1] - 1}: "
+                            "every token but the pending one)")
+            n = sequence.shape[1] - prompt.shape[1]
+            wrong = (sequence[0, prompt.shape[1]:] != truth[:n]).nonzero()
+            if len(wrong):
+                i = int(wrong[0])
+                raise _Failure(f"generated token {i} is {int(sequence[0, prompt.shape[1] + i])}"
+                               f", greedy decoding gives {int(truth[i])}")
+        return run
+
+    return _run("speculative_step", speculative_step, [
+        ("a draft of 4 the model agrees with: 4 accepted, then the model's token",
+         one_step(None, 4)),
+        ("the first draft token is wrong: nothing accepted, the model's token",
+         one_step(0, 3)),
+        ("the third of 5 draft tokens is wrong and the fourth agrees again: 2 accepted",
+         one_step(2, 5, also_right_after=True)),
+        ("8 steps of generation with a wrong guess in every draft: the greedy tokens",
+         generation(8)),
+    ])
+
