@@ -6,8 +6,8 @@ import torch
 
 def noam_for_base_lr(d_model, warmup, base_lr):
     if base_lr <= 0:
-        raise ValueError(f"base_lr must be positive, got {base_lr}: LambdaLR multiplies it "
-                         "by the factor")
+        raise ValueError(f"base_lr must be positive, got {base_lr}: LambdaLR multiplies "
+                         "it by the factor")
 
     def factor(step):
         t = max(step, 1)  # LambdaLR starts at step 0; the paper counts from 1

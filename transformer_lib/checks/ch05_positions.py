@@ -95,7 +95,6 @@ def check_sinusoid_shift_matrix(sinusoid_shift_matrix: Callable[[int, int], Tens
 
 def _interleaved_mistakes(x: Tensor, cos: Tensor, sin: Tensor) -> list[tuple[Tensor, str]]:
     """The outputs that the usual mistakes give, each with its hint."""
-    D = x.shape[-1]
     cos_x, sin_x = cos.to(x.dtype), sin.to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2)
     swapped = torch.stack([-odd, even], dim=-1).flatten(-2)  # (..., T, D): pair (-x_odd, x_even)
