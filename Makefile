@@ -56,6 +56,11 @@ endif
 # instead of about 25 s). Book builds and tests run their kernels single-threaded.
 book test: export OMP_NUM_THREADS := 1
 
+# Test files are shared out between TEST_WORKERS processes (pytest-xdist), a whole file to one
+# worker so that a file's expensive fixtures (the Colab-like environment, the built book's
+# browser) are made once. Each kernel is single-threaded, so two workers fill two cores.
+TEST_WORKERS ?= 2
+
 # One build, then pytest: the library tests, nbval over chapters/ and appendix/ (see
 # pyproject.toml), the student copies in exercises/ (run by tests/test_student.py), and the
 # book, browser and Colab-like tests, which reuse _build/html.
@@ -66,7 +71,7 @@ ifndef CI
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
 endif
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(PY) bench/decoder.py

@@ -1,6 +1,7 @@
 """What the book tests share: the book's configuration, its pages, and a fresh build of it."""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import setup_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
+LOCK = ROOT / "_build" / ".build-lock"  # held while a test checks or rebuilds the book
 BOOK_LOG = build_book.LOG  # the whole output of the last build
 BOOK_OK = build_book.OK  # written by the build (`make book`) when it succeeds
 
@@ -84,13 +86,18 @@ def _newest_source_mtime() -> float:
 def ensure_built_book() -> Path:
     """``_build/html``, built now with ``make book`` if it is missing or older than its sources.
 
-    ``make test`` builds the book just before pytest, so there this reuses that build."""
-    fresh = (HTML / "index.html").exists() and BOOK_OK.exists() \
-        and BOOK_OK.stat().st_mtime >= _newest_source_mtime()
-    if not fresh:
-        result = subprocess.run(["make", "-s", "book"], cwd=ROOT, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"the book does not build (log: {BOOK_LOG}):\n{result.stdout[-4000:]}")
+    ``make test`` builds the book just before pytest, so there this reuses that build. The tests
+    run in parallel worker processes (pytest-xdist): a lock file makes one worker build while
+    the others wait and then find the build fresh."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        fresh = (HTML / "index.html").exists() and BOOK_OK.exists() \
+            and BOOK_OK.stat().st_mtime >= _newest_source_mtime()
+        if not fresh:
+            result = subprocess.run(["make", "-s", "book"], cwd=ROOT, capture_output=True, text=True)
+            if result.returncode != 0:
+                pytest.fail(f"the book does not build (log: {BOOK_LOG}):\n{result.stdout[-4000:]}")
     return HTML
 
 

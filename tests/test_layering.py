@@ -1,6 +1,6 @@
 """The library's layers, read from its imports (never upward):
 
-core (attention, norms, positional, ffn, cache, validation) -> models (encoder_decoder,
+core (attention, norms, positional, ffn, cache, validation, flash, variants) -> models (encoder_decoder,
 decoder, convert) -> teaching (tasks, plotting, widgets, checks).
 """
 import ast
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
-CORE = {"attention", "norms", "positional", "ffn", "cache", "validation"}
+CORE = {"attention", "norms", "positional", "ffn", "cache", "validation", "flash", "variants"}
 MODELS = {"encoder_decoder", "decoder", "convert"}
-TEACHING = {"tasks", "text", "plotting", "widgets", "checks"}
+TEACHING = {"tasks", "text", "measure", "recall", "plotting", "widgets", "checks"}
 
 
 def _module_of(path: Path) -> str:
