@@ -71,7 +71,7 @@ ifndef CI
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
 endif
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=12
 
 bench: $(STAMP)
 	$(PY) bench/decoder.py

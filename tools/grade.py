@@ -166,8 +166,22 @@ def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path) -> tup
     if process.returncode == 3 or "DeadKernelError" in (stderr or ""):
         return "kernel died", {}
     if not out_path.exists():
-        return "not graded: the grading cell did not run", {}
+        # The runner stopped before the grading cell (e.g. a kernel that failed to start on
+        # a busy machine): say why, in one line, for the instructor.
+        lines = [line for line in (stderr or "").splitlines() if line.strip()]
+        why = f" ({lines[-1].strip()[:200]})" if lines else ""
+        return f"not graded: the grading cell did not run{why}", {}
     return "ok", json.loads(out_path.read_text(encoding="utf-8"))
+
+
+def _run_with_retry(path: Path, chapter: Chapter, timeout: float,
+                    workdir: Path) -> tuple[str, dict]:
+    """``_run_one``, run a second time when the grading cell did not run: that happens when a
+    kernel fails to start, which says nothing about the student's notebook."""
+    status, results = _run_one(path, chapter, timeout, workdir)
+    if status.startswith("not graded"):
+        status, results = _run_one(path, chapter, timeout, workdir)
+    return status, results
 
 
 def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout: float) -> Row:
@@ -184,7 +198,7 @@ def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout:
     row.chapter = chapter_id
     chapter = known[chapter_id]
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-        row.status, results = _run_one(path, chapter, timeout, Path(workdir))
+        row.status, results = _run_with_retry(path, chapter, timeout, Path(workdir))
     for function, _ in chapter.exercises:
         entry = results.get(function)
         row.results[function] = entry["result"] if entry else "missing"
