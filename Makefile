@@ -73,8 +73,11 @@ ifndef CI
 endif
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=12
 
+# Timings and memory by hand (not tests): the decoder (ours eager and sdpa against HF Llama,
+# the KV cache) and the peak memory of naive vs tiled attention (README, "Benchmark").
 bench: $(STAMP)
 	$(PY) bench/decoder.py
+	$(PY) bench/attention_memory.py
 
 clean:
 	rm -rf _build

@@ -24,11 +24,13 @@ def hf_llama(n_heads=4, n_kv_heads=2, tie=False, theta=500000.0, vocab=96, layer
     return randomize_(model, std=0.1).eval()
 
 
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("n_heads, n_kv_heads, tie", [(4, 4, False), (4, 2, True), (8, 2, False), (8, 1, True)])
-def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie):
+def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie, attn_implementation):
     hf = hf_llama(n_heads, n_kv_heads, tie)
-    ours = decoder_from_hf_llama(hf).eval()
+    ours = decoder_from_hf_llama(hf, attn_implementation=attn_implementation).eval()
     c = ours.config
+    assert c.attn_implementation == attn_implementation
     assert (c.n_heads, c.n_kv_heads, c.tie_embeddings, c.rope_theta, c.norm_eps) == (
         n_heads, n_kv_heads, tie, 500000.0, 1e-5)
     assert (ours.lm_head.weight is ours.embed_tokens.weight) == tie

@@ -475,3 +475,42 @@ def test_kv_cache_mask_bad_input_raises(args, message):
     mask, cached, *rows = args
     with pytest.raises(ValueError, match=message):
         plotting.kv_cache_mask(mask, cached, rope_rows=rows[0] if rows else None)
+
+
+# memory_curves -------------------------------------------------------------------------
+
+
+def test_memory_curves_draws_the_reference_and_each_curve_in_mb_on_log_axes():
+    lengths = [512, 1024, 2048]
+    matrix = [4 * L * L for L in lengths]
+    fig, ax = plotting.memory_curves(lengths, {"naive": [2 * m for m in matrix],
+                                               "tiled": [1e6, 2e6, 4e6]},
+                                     reference=matrix, reference_label="T x S", title="mem")
+    reference, naive, tiled = ax.get_lines()
+    np.testing.assert_allclose(reference.get_ydata(), [m / 1e6 for m in matrix])
+    np.testing.assert_allclose(naive.get_ydata(), [2 * m / 1e6 for m in matrix])
+    np.testing.assert_allclose(tiled.get_ydata(), [1, 2, 4])
+    assert [line.get_label() for line in ax.get_lines()] == ["T x S", "naive", "tiled"]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["512", "1024", "2048"]
+    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9
+    fig.canvas.draw()
+    ticks = ax.get_xticklabels() + ax.get_yticklabels()
+    assert all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
+    hues = [_hue_saturation(c) for c in _artist_colours(ax)]
+    red = any((h <= 20 or h >= 340) and s > 0.5 for h, s in hues)
+    green = any(70 <= h <= 170 and s > 0.35 for h, s in hues)
+    assert not (red and green)
+    _, ax = plotting.memory_curves(lengths, {"only": [1, 2, 3]})  # no reference line
+    assert len(ax.get_lines()) == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(measured={}), "measured needs 1 to 5 curves, got 0"),
+    (dict(measured={"a": [1, 2]}), "'a' has 2 values but there are 3 lengths"),
+    (dict(measured={"a": [1, 0, 2]}), "must be positive for log-log axes"),
+    (dict(measured={"a": [1, 2, 3]}, reference=[1, 2]), "'reference' has 2 values"),
+])
+def test_memory_curves_bad_input_raises(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.memory_curves([1, 2, 4], **kwargs)

@@ -7,6 +7,11 @@ Shape letters used throughout the library:
 Mask convention: a boolean mask where **True means "may attend"**. Note that
 ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer`` use the opposite
 convention for boolean masks (True = "blocked"); pass ``~mask`` to them.
+
+Two implementations of the same attention: :func:`scaled_dot_product_attention`, written
+out (``"eager"``, the reference), and :func:`sdpa_attention`, PyTorch's fused kernel
+``torch.nn.functional.scaled_dot_product_attention`` (``"sdpa"``), which never returns the
+weights. "Causal" means the same in both: the T queries are the *last* T of the S positions.
 """
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from torch import Tensor
 
 from transformer_lib.cache import KVCache
 from transformer_lib.positional import apply_rope
+
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # the reference, written out; PyTorch's fused kernel
+_SDPA_HAS_GQA = torch.__version__ >= "2.5"  # F.scaled_dot_product_attention(enable_gqa=...)
 
 
 def _check_mask(mask: Tensor, T: int, S: int, batch_shape: torch.Size) -> None:
@@ -120,6 +128,62 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     return x.reshape(B, H_kv * n_rep, S, D)  # (B, H, S, D)
 
 
+def sdpa_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """The fused path: ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), with the
+    causal mask aligned bottom-right as everywhere in this library.
+
+    SDPA's own ``is_causal=True`` lets query i see keys j <= i: its triangle is aligned to the
+    *top left*, which is right only when T == S. After a cached prefix (S > T) query i sits at
+    position S - T + i, so the mask must be :func:`causal_mask` ``(T, S)``. Hence three cases
+    for ``causal=True``:
+
+    * T == 1: one query at the last position sees every key; no mask at all;
+    * T == S (no cached prefix) and no other mask: ``is_causal=True``, which lets the kernel
+      skip the blocks above the diagonal;
+    * otherwise (a chunk after a cached prefix): an explicit boolean mask.
+
+    Args:
+        q: queries ``(B, H, T, D)``.
+        k, v: keys and values ``(B, H_kv, S, D)``, ``H`` a multiple of ``H_kv`` (grouped-query
+            attention: query head h reads key/value head ``h // (H / H_kv)``, as in
+            :func:`repeat_kv`).
+        mask: optional boolean mask broadcastable to ``(B, H, T, S)``; True = may attend.
+        causal: the T queries are the last T of the S positions and see no later key.
+        dropout_p: dropout probability on the attention weights (use 0 in eval).
+
+    Returns:
+        ``(B, H, T, D)``.
+    """
+    H, H_kv, T, S = q.shape[-3], k.shape[-3], q.shape[-2], k.shape[-2]
+    if H % H_kv != 0:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
+    is_causal = False
+    if causal and T > 1:
+        if T == S and mask is None:
+            is_causal = True  # square: top-left and bottom-right alignment coincide
+        else:
+            bottom_right = causal_mask(T, S, device=q.device)  # (T, S)
+            mask = bottom_right if mask is None else mask & bottom_right
+    if mask is not None:
+        _check_mask(mask, T, S, q.shape[:-2])
+    n_rep = H // H_kv  # query heads per key/value head
+    gqa = {}
+    if n_rep > 1 and _SDPA_HAS_GQA:
+        gqa = {"enable_gqa": True}  # the kernel reads each key/value head n_rep times
+    elif n_rep > 1:
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=is_causal, **gqa)  # (B, H, T, D)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with one projection per role and a reshape into heads.
 
@@ -130,6 +194,11 @@ class MultiHeadAttention(nn.Module):
     from ``x``, keys and values from ``context``). The last attention weights
     ``(B, H, T, S)`` are kept in ``self.last_weights`` for plotting. ``layer_idx`` is the
     layer's place in its model: which slot of a :class:`~transformer_lib.cache.KVCache` it uses.
+
+    ``attn_implementation`` chooses how the weighted sum is computed: ``"eager"`` (default)
+    with :func:`scaled_dot_product_attention`, the reference; ``"sdpa"`` with
+    :func:`sdpa_attention`, PyTorch's fused kernel, which never forms the weights, so
+    ``last_weights`` is not available then.
     """
 
     def __init__(
@@ -140,6 +209,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         layer_idx: int = 0,
+        attn_implementation: str = "eager",
     ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -158,6 +228,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if layer_idx < 0:
             raise ValueError(f"layer_idx must be >= 0, got {layer_idx}")
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
+                             f"got {attn_implementation!r}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
@@ -165,12 +238,23 @@ class MultiHeadAttention(nn.Module):
         self.n_rep = n_heads // n_kv_heads  # query heads per key/value head
         self.dropout = dropout
         self.layer_idx = layer_idx
+        self.attn_implementation = attn_implementation
         kv_dim = n_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.last_weights: Tensor | None = None
+        self._last_weights: Tensor | None = None
+
+    @property
+    def last_weights(self) -> Tensor | None:
+        """The attention weights ``(B, H, T, S)`` of the last forward pass (eager only)."""
+        if self.attn_implementation != "eager":
+            raise RuntimeError(
+                f"last_weights is not kept with attn_implementation={self.attn_implementation!r}: "
+                "the fused kernel never forms the weights; use attn_implementation='eager'"
+            )
+        return self._last_weights
 
     def forward(
         self,
@@ -181,6 +265,7 @@ class MultiHeadAttention(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         rope_pairing: str = "half",
         kv_cache: KVCache | None = None,
+        causal: bool = False,
     ) -> Tensor:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
 
@@ -194,6 +279,9 @@ class MultiHeadAttention(nn.Module):
             kv_cache: optional :class:`transformer_lib.cache.KVCache`; the new keys and
                 values are written into slot ``self.layer_idx`` at the cache's position, and
                 every cached one is attended.
+            causal: the T queries are the last T of the key positions (cached ones
+                included) and see no later key, as :func:`causal_mask` ``(T, S)``; combined
+                with ``mask`` if both are given.
 
         Returns:
             ``(B, T, C)``.
@@ -221,10 +309,16 @@ class MultiHeadAttention(nn.Module):
             k = apply_rope(k, cos, sin, pairing=rope_pairing)
         if kv_cache is not None:
             k, v = kv_cache.update(self.layer_idx, k, v)  # (B, H_kv, S_cached + S, D)
-        k = repeat_kv(k, self.n_rep)  # (B, H, S, D)
-        v = repeat_kv(v, self.n_rep)  # (B, H, S, D)
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
-        self.last_weights = weights.detach()  # (B, H, T, S)
+        if self.attn_implementation == "sdpa":
+            out = sdpa_attention(q, k, v, mask, causal=causal, dropout_p=p)  # (B, H, T, D)
+        else:
+            if causal and T > 1:  # (a single query, the last position, sees every key)
+                bottom_right = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
+                mask = bottom_right if mask is None else mask & bottom_right
+            k = repeat_kv(k, self.n_rep)  # (B, H, S, D)
+            v = repeat_kv(v, self.n_rep)  # (B, H, S, D)
+            out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
+            self._last_weights = weights.detach()  # (B, H, T, S)
         out = out.transpose(1, 2).reshape(B, T, C)  # (B, T, H*D) = (B, T, C)
         return self.o_proj(out)

@@ -30,12 +30,13 @@ def _rope_theta(config) -> float:
     return float(theta)
 
 
-def decoder_from_hf_llama(hf_model) -> Decoder:
+def decoder_from_hf_llama(hf_model, attn_implementation: str = "eager") -> Decoder:
     """Build a :class:`Decoder` with the weights of a ``transformers.LlamaForCausalLM``.
 
     Hugging Face stores q/k weights for split-half RoPE, so the result uses
     ``rope_pairing="half"``. Tied embeddings stay tied. The parameter names are the same on
-    both sides except for HF's ``model.`` prefix.
+    both sides except for HF's ``model.`` prefix. ``attn_implementation`` is the decoder's
+    (``"eager"``, the readable reference, or ``"sdpa"``, the fused path), whatever HF's is.
     """
     cfg = hf_model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -60,6 +61,7 @@ def decoder_from_hf_llama(hf_model) -> Decoder:
         norm_eps=cfg.rms_norm_eps,
         tie_embeddings=bool(cfg.tie_word_embeddings),
         rope_pairing="half",
+        attn_implementation=attn_implementation,
     )
     ref = hf_model.state_dict()
     model = Decoder(config).to(ref["model.embed_tokens.weight"].dtype)

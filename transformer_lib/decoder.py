@@ -5,6 +5,8 @@ Reads top to bottom: config -> block -> model -> generate. The KV cache is
 Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``o_proj``,
 ``gate_proj``/``up_proj``/``down_proj``, ``input_layernorm``, ``post_attention_layernorm``,
 ``norm``, ``lm_head``), so a Llama state dict maps onto it one to one.
+``DecoderConfig.attn_implementation`` picks how attention is computed: ``"eager"``, the
+reference written out, or ``"sdpa"``, PyTorch's fused kernel; both compute the same function.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.attention import ATTN_IMPLEMENTATIONS, MultiHeadAttention, causal_mask
 from transformer_lib.cache import KVCache
 from transformer_lib.ffn import SwiGLU
 from transformer_lib.norms import RMSNorm
@@ -39,6 +41,9 @@ class DecoderConfig:
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = False  # share the embedding matrix with the output layer
     rope_pairing: str = "half"  # "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
+    # "eager" = the readable reference (the weights are formed and kept for plotting);
+    # "sdpa" = torch.nn.functional.scaled_dot_product_attention, fused, same numbers
+    attn_implementation: str = "eager"
 
     def __post_init__(self):
         check_positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
@@ -59,6 +64,9 @@ class DecoderConfig:
             )
         if self.rope_pairing not in PAIRINGS:
             raise ValueError(f"rope_pairing must be one of {PAIRINGS}, got {self.rope_pairing!r}")
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
+                             f"got {self.attn_implementation!r}")
 
     @property
     def head_dim(self) -> int:
@@ -72,16 +80,19 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.n_kv_heads,
-                                            bias=False, layer_idx=layer_idx)
+                                            bias=False, layer_idx=layer_idx,
+                                            attn_implementation=config.attn_implementation)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config.d_model, config.d_ff)
         self.rope_pairing = config.rope_pairing
 
     def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor],
-                cache: KVCache | None = None) -> Tensor:
+                cache: KVCache | None = None, *, causal: bool = False) -> Tensor:
+        """x ``(B, T, C)`` -> ``(B, T, C)``; ``mask``, ``cache`` and ``causal`` go to the
+        attention (:meth:`MultiHeadAttention.forward`), ``rope`` is ``(cos, sin)``, ``(T, D/2)``."""
         h = self.input_layernorm(x)
         x = x + self.self_attn(h, mask=mask, rope=rope, rope_pairing=self.rope_pairing,
-                               kv_cache=cache)
+                               kv_cache=cache, causal=causal)
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x
 
@@ -155,11 +166,15 @@ class Decoder(nn.Module):
         if cache is not None and cache.batch_size != B:
             raise ValueError(f"cache was made for batch size {cache.batch_size}, got tokens of batch size {B}")
         # Query i sits at absolute position start + i; keys run 0 … start + T - 1.
-        mask = None if T == 1 else causal_mask(T, start + T, device=tokens.device)  # (T, S)
+        mask, causal = None, False  # T == 1: the one query sees every key
+        if self.config.attn_implementation == "sdpa":
+            causal = True  # the fused path picks its kernel's form of the mask (sdpa_attention)
+        elif T > 1:
+            mask = causal_mask(T, start + T, device=tokens.device)  # (T, S)
         rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2) each
         x = self.embed_tokens(tokens)  # (B, T, C)
         for layer in self.layers:
-            x = layer(x, mask, rope, cache)
+            x = layer(x, mask, rope, cache, causal=causal)
         if cache is not None:
             cache.advance(T)  # once per forward, after the layer loop
         return self.lm_head(self.norm(x))  # (B, T, V)

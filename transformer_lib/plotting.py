@@ -623,3 +623,61 @@ def kv_cache_mask(
     if title is not None:
         ax.set_title(title, fontsize=TITLE_SIZE, pad=18)  # room for "cached" / "new"
     return fig, ax
+
+
+def memory_curves(
+    lengths: Sequence[int] | ArrayLike,
+    measured: Mapping[str, ArrayLike],
+    *,
+    reference: ArrayLike | None = None,
+    reference_label: str = "reference",
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "sequence length T = S",
+    ylabel: str = "peak memory above the inputs (MB)",
+) -> tuple[Figure, Axes]:
+    """Plot measured memory in bytes against a length on log-log axes, in MB (10⁶ bytes),
+    several named curves over a pale reference line (e.g. the bytes of a T × S matrix).
+
+    Args:
+        lengths: N positive lengths, e.g. [512, 1024, ..., 8192] (a base-2 axis).
+        measured: name -> N positive byte counts (at most ``len(CURVE_COLOURS)`` curves).
+        reference: N positive byte counts drawn as a wide pale line, or None.
+        reference_label: the reference's legend entry.
+        ax: Axes to draw on; a new figure is created when None.
+        title, xlabel, ylabel: the figure's texts.
+
+    Returns:
+        (fig, ax). The lines of ``ax`` are the reference (when given), then the curves in the
+        order of ``measured``, each labelled with its name, all in MB.
+    """
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    x = _to_numpy(lengths).reshape(-1)
+    curves = {name: _to_numpy(v).reshape(-1) for name, v in measured.items()}
+    if reference is not None:
+        curves = {reference_label: _to_numpy(reference).reshape(-1), **curves}
+    if not measured or len(measured) > len(CURVE_COLOURS):
+        raise ValueError(f"measured needs 1 to {len(CURVE_COLOURS)} curves, got {len(measured)}")
+    for name, y in curves.items():
+        if len(y) != len(x):
+            raise ValueError(f"{name!r} has {len(y)} values but there are {len(x)} lengths")
+        if np.any(y <= 0) or np.any(x <= 0):
+            raise ValueError(f"lengths and values must be positive for log-log axes, got "
+                             f"lengths {x.tolist()} and {name!r} {y.tolist()}")
+    fig, ax = _new_axes(ax, figsize=(6, 3.8))
+    if reference is not None:
+        ax.plot(x, curves.pop(reference_label) / 1e6, "-", color="tab:gray", alpha=0.4,
+                linewidth=6, label=reference_label)
+    for i, (name, y) in enumerate(curves.items()):
+        ax.plot(x, y / 1e6, marker="o", linestyle=CURVE_STYLES[i], color=CURVE_COLOURS[i],
+                linewidth=1.8, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(x, labels=[f"{v:g}" for v in x])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=VALUE_SIZE)
+    _label(ax, title, xlabel, ylabel)
+    return fig, ax

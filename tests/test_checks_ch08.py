@@ -1,0 +1,171 @@
+"""Chapter 8's checkers (``transformer_lib/checks/ch08_fast_attention.py``) name the usual
+mistakes in words a student can act on. The contract every checker keeps is in
+``test_checks_contract.py``."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from check_solutions.ch08 import combine_splits, merge_softmax_stats, tiled_causal_attention
+from conftest import mistake_tests
+
+from transformer_lib.attention import causal_mask
+from transformer_lib.checks import (
+    ch08_fast_attention,
+    check_combine_splits,
+    check_merge_softmax_stats,
+    check_tiled_causal_attention,
+)
+
+
+def merge_with(mistake):
+    """merge_softmax_stats with one of the usual mistakes."""
+
+    def merge(m1, l1, acc1, m2, l2, acc2):
+        m = torch.maximum(m1, m2)
+        if mistake == "nan":  # exp(-inf - (-inf)) for a row that saw no key
+            w1, w2 = torch.exp(m1 - m), torch.exp(m2 - m)
+        else:
+            base = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            w1, w2 = torch.exp(m1 - base), torch.exp(m2 - base)
+        if mistake == "old_not_rescaled":
+            return m, l1 + w2 * l2, acc1 + w2 * acc2
+        if mistake == "sum_not_rescaled":  # the new max used on acc only
+            return m, l1 + l2, w1 * acc1 + w2 * acc2
+        if mistake == "acc_not_rescaled":
+            return m, w1 * l1 + w2 * l2, acc1 + acc2
+        if mistake == "divided":  # normalised before the last block
+            l = w1 * l1 + w2 * l2
+            return m, l, (w1 * acc1 + w2 * acc2) / l
+        if mistake == "sign":
+            w1, w2 = 1 / w1, 1 / w2
+        if mistake == "raw":  # exp of the raw maxima: overflows for large scores
+            w1, w2 = torch.exp(m1) / torch.exp(m), torch.exp(m2) / torch.exp(m)
+        return m, w1 * l1 + w2 * l2, w1 * acc1 + w2 * acc2
+
+    return merge
+
+
+def tiles_with(*, top_left=False, skip=True, strict=False, mask=True, reverse=False):
+    """tiled_causal_attention with one of the usual mistakes."""
+
+    def attention(q, k, v, block_q, block_k):
+        T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+        offset = 0 if top_left else S - T
+        outs, n_tiles = [], 0
+        for i0 in range(0, T, block_q):
+            i1 = min(i0 + block_q, T)
+            qt = q[..., i0:i1, :] / D ** 0.5
+            m = torch.full((*qt.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+            l = torch.zeros_like(m)
+            acc = torch.zeros(*qt.shape[:-1], v.shape[-1], dtype=q.dtype)
+            starts = list(range(0, min(offset + i1, S) if skip else S, block_k))
+            for j0 in reversed(starts) if reverse else starts:
+                j1 = min(j0 + block_k, S)
+                s = qt @ k[..., j0:j1, :].transpose(-2, -1)
+                rows = torch.arange(i0, i1)[:, None] + offset
+                cols = torch.arange(j0, j1)[None, :]
+                if mask:
+                    s = s.masked_fill(cols >= rows if strict else cols > rows, float("-inf"))
+                n_tiles += 1
+                new = torch.maximum(m, s.amax(-1, keepdim=True))
+                l = torch.exp(m - new) * l + torch.exp(s - new).sum(-1, keepdim=True)
+                acc = torch.exp(m - new) * acc + torch.exp(s - new) @ v[..., j0:j1, :]
+                m = new
+            outs.append(acc / l)
+        return torch.cat(outs, dim=-2), n_tiles
+
+    return attention
+
+
+def combine_with(mistake):
+    """combine_splits with one of the usual mistakes."""
+
+    def combine(outs, lses):
+        o, s = torch.stack(outs), torch.stack(lses)
+        if mistake == "mean":
+            return o.mean(0), torch.logsumexp(s, 0)
+        if mistake == "raw_exp":  # overflows for large scores
+            w = torch.exp(s)
+            return (w[..., None] * o).sum(0) / w.sum(0)[..., None], torch.log(w.sum(0))
+        if mistake == "lse_max":
+            w = torch.softmax(s, 0)
+            return (w[..., None] * o).sum(0), s.amax(0)
+        if mistake == "nan":  # exp(-inf - (-inf)) where no split saw a key
+            lse = torch.logsumexp(s, 0)
+            return (torch.exp(s - lse)[..., None] * o).sum(0), lse
+        return combine_splits(outs, lses)
+
+    return combine
+
+
+WRONG = [
+    # (checker, wrong solution, fragments that the verdict must contain)
+    (check_merge_softmax_stats, merge_with("old_not_rescaled"),
+     ["wrong values in l", "multiply them by exp(m1 - m) too"]),
+    (check_merge_softmax_stats, merge_with("sum_not_rescaled"),
+     ["wrong values in l", "l was added without rescaling"]),
+    (check_merge_softmax_stats, merge_with("acc_not_rescaled"),
+     ["wrong values in acc", "acc was added without rescaling"]),
+    (check_merge_softmax_stats, merge_with("nan"),
+     ["4 of 5 checks passed", "NaN appeared in l", "exp(-inf - (-inf)) is NaN"]),
+    (check_merge_softmax_stats, merge_with("divided"),
+     ["wrong values in acc", "divide by l only once, after the last block"]),
+    (check_merge_softmax_stats, merge_with("sign"), ["the factors are exp(m_i - m), at most 1"]),
+    (check_merge_softmax_stats, merge_with("raw"),
+     ["scores near 1000: nothing may overflow: NaN appeared", "exp overflows in float32"]),
+    (check_merge_softmax_stats, lambda *args: merge_softmax_stats(*args)[1:],
+     ["return the triple (m, l, acc)"]),
+    (check_tiled_causal_attention, tiles_with(top_left=True),
+     ["2 of 5 checks passed", "the mask is aligned to the top left"]),
+    (check_tiled_causal_attention, tiles_with(skip=False),
+     ["wrong value for n_tiles: expected 9, got 12", "12 is every tile",
+      "are to be skipped, not computed and masked"]),
+    (check_tiled_causal_attention, tiles_with(strict=True),
+     ["each query may see its own position too"]),
+    (check_tiled_causal_attention, tiles_with(mask=False),
+     ["a tile on the diagonal holds keys after some of its queries"]),
+    (check_tiled_causal_attention, tiles_with(reverse=True),
+     ["NaN appeared in out", "must come out 0, not NaN"]),
+    (check_tiled_causal_attention, lambda *args: tiled_causal_attention(*args)[0],
+     ["return the pair (out, n_tiles)"]),
+    (check_combine_splits, combine_with("mean"),
+     ["wrong values in out", "weight it by its share of the whole softmax"]),
+    (check_combine_splits, combine_with("raw_exp"),
+     ["2 of 4 checks passed", "NaN appeared in out", "subtract the largest lse_i"]),
+    (check_combine_splits, combine_with("lse_max"),
+     ["wrong values in lse", "not the largest lse_i"]),
+    (check_combine_splits, combine_with("nan"),
+     ["3 of 4 checks passed", "NaN appeared in out", "give it out = 0 and lse = -inf"]),
+]
+
+
+def test_the_references_agree_with_pytorch():
+    """The checkers' reference statistics give PyTorch's attention: the tiled reference with a
+    bottom-right mask, and the split statistics merged back into the whole."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 5, 8, generator=g), torch.randn(2, 13, 8, generator=g), \
+        torch.randn(2, 13, 3, generator=g)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(5, 13))
+    torch.testing.assert_close(ch08_fast_attention._causal_reference(q, k, v), want)
+    out, n_tiles = tiled_causal_attention(q, k, v, 2, 4)
+    torch.testing.assert_close(out, want)
+    # query tiles end at positions 9, 11, 12; key tiles start at 0, 4, 8, 12: the last one is
+    # skipped for the first two query tiles
+    assert n_tiles == ch08_fast_attention._tiles_needed(5, 13, 2, 4) == 3 * 4 - 2
+    scores = q @ k.transpose(-2, -1) / 8 ** 0.5
+    whole = ch08_fast_attention._stats(scores, v)
+    halves = [ch08_fast_attention._stats(scores[..., a:b], v[..., a:b, :])
+              for a, b in ((0, 6), (6, 13))]
+    merged = merge_softmax_stats(*halves[0], *halves[1])
+    for got, expected in zip(merged, whole):
+        torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(merged[2] / merged[1], F.scaled_dot_product_attention(q, k, v))
+    outs = [acc / l for _, l, acc in halves]
+    lses = [(m + l.log()).squeeze(-1) for m, l, _ in halves]
+    out, lse = combine_splits(outs, lses)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1))
+
+
+test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
+    mistake_tests(WRONG, ch08_fast_attention))

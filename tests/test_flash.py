@@ -1,0 +1,216 @@
+"""Tiled attention with an online softmax, against torch.nn.functional.scaled_dot_product_attention.
+
+Tolerances: fp32 1e-5 and fp64 1e-12 (only the order of the sums differs); bf16 as stated in
+its test.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from transformer_lib.attention import scaled_dot_product_attention
+from transformer_lib.flash import flash_attention
+
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def qkv(lead, T, S, D=8, Dv=None, dtype=torch.float64, scale=1.0):
+    Dv = D if Dv is None else Dv
+    q = scale * torch.randn(*lead, T, D, dtype=dtype)
+    k = scale * torch.randn(*lead, S, D, dtype=dtype)
+    v = torch.randn(*lead, S, Dv, dtype=dtype)
+    return q, k, v
+
+
+def bottom_right(T, S):
+    """Query i sees keys 0 … S - T + i, written as a shifted lower triangle (True = attend)."""
+    return torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+
+
+class Recorder(TorchDispatchMode):
+    """Records (operator, shape) of every tensor that every operation produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.made += [(func, tuple(t.shape)) for t in tree_leaves(out)
+                      if isinstance(t, torch.Tensor)]
+        return out
+
+
+# ---- equal to PyTorch's fused attention --------------------------------------------------
+
+SHAPES = [  # lead, T, S, D, Dv, block_size
+    ((2, 3), 1, 1, 8, 8, 64),  # one query, one key
+    ((2, 3), 1, 100, 8, 8, 64),  # one query (a decoding step), S not a multiple of the block
+    ((2, 3), 37, 37, 8, 8, 7),  # T = S
+    ((2, 3), 20, 100, 8, 8, 16),  # T < S
+    ((2,), 30, 130, 16, 8, 1),  # block of one key; Dv != D; 3-D inputs
+    ((2, 3), 30, 50, 8, 12, 64),  # block larger than S; Dv > D
+    ((), 9, 20, 4, 4, 3),  # 2-D inputs
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("lead, T, S, D, Dv, block", SHAPES)
+def test_equals_sdpa_without_mask(lead, T, S, D, Dv, block, dtype):
+    q, k, v = qkv(lead, T, S, D, Dv, dtype)
+    out = flash_attention(q, k, v, block_size=block)
+    assert out.shape == (*lead, T, Dv) and out.dtype == dtype
+    assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max().item() <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("T, block", [(1, 4), (37, 7), (64, 64), (100, 16), (50, 128)])
+def test_causal_square_equals_sdpa_is_causal(T, block, dtype):
+    q, k, v = qkv((2, 3), T, T, dtype=dtype)
+    out = flash_attention(q, k, v, causal=True, block_size=block)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert (out - expected).abs().max().item() <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("T, S, block", [(1, 9, 4), (3, 10, 4), (20, 100, 16), (70, 130, 7),
+                                         (64, 200, 64), (5, 300, 512)])
+def test_causal_after_a_prefix_is_bottom_right(T, S, block, dtype):
+    """Queries at the end of the keys: compared with an explicit bottom-right mask, not with
+    is_causal, which aligns the triangle to the top left."""
+    q, k, v = qkv((2, 3), T, S, dtype=dtype)
+    out = flash_attention(q, k, v, causal=True, block_size=block)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right(T, S))
+    assert (out - expected).abs().max().item() <= TOL[dtype]
+    if 1 < T < S:  # the top-left triangle is another answer, so the comparison can fail
+        top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert (out - top_left).abs().max().item() > 1e-2
+
+
+def test_rows_whose_later_blocks_are_all_masked():
+    """Causal, small blocks: for the first rows every block after their own is masked out
+    entirely (those rows are finished early and set aside); each row still equals the
+    reference, the first one exactly v_0."""
+    q, k, v = qkv((2, 3), 130, 130, dtype=torch.float64)
+    out = flash_attention(q, k, v, causal=True, block_size=8)
+    expected = scaled_dot_product_attention(q, k, v, mask=bottom_right(130, 130))[0]
+    assert (out - expected).abs().max().item() <= 1e-12
+    assert torch.equal(out[..., 0, :], v[..., 0, :])  # query 0 sees key 0 only
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.float64, 1e-10)])
+def test_large_logits_do_not_overflow(dtype, tol):
+    """Inputs scaled by 50: scores of size ~10^3-10^4, and e^s overflows (e^710 = inf even in
+    fp64) unless the running max is subtracted. A score s is only known to |s| · eps (fp32:
+    ~10^-4 here, fp64: ~10^-12), and e^s turns that into a relative error of the same size in
+    the weights: hence the tolerances."""
+    q, k, v = qkv((2, 3), 40, 90, dtype=dtype, scale=50.0)
+    assert (q[..., :1, :] @ k.transpose(-2, -1)).abs().max() > 1000
+    for causal in (False, True):
+        out = flash_attention(q, k, v, causal=causal, block_size=16)
+        mask = bottom_right(40, 90) if causal else None
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert torch.isfinite(out).all()
+        assert (out - expected).abs().max().item() <= tol
+
+
+def test_bf16_is_accumulated_in_fp32():
+    """bf16 keeps 8 significant bits. Accumulated in fp32 and rounded once, the output is the
+    fp32 result (on the same bf16 inputs) to within one bf16 step, 2^-7 relative; the log-sum-exp
+    stays fp32 and matches to fp32 precision."""
+    q, k, v = qkv((2, 3), 50, 120, dtype=torch.bfloat16)
+    out, lse = flash_attention(q, k, v, causal=True, block_size=16, return_lse=True)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    qf, kf, vf = q.float(), k.float(), v.float()
+    expected = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=bottom_right(50, 120))
+    assert ((out.float() - expected).abs() <= 2 ** -7 * expected.abs() + 1e-6).all()
+    scores = (qf @ kf.transpose(-2, -1) / 8 ** 0.5).masked_fill(~bottom_right(50, 120), -torch.inf)
+    assert (lse - scores.logsumexp(dim=-1)).abs().max().item() <= 1e-5
+
+
+def test_log_sum_exp_merges_two_halves_of_the_keys():
+    """The second output: exp(s_j - lse) are the softmax weights, so two halves of the keys,
+    attended separately, merge into the whole exactly."""
+    q, k, v = qkv((2, 3), 12, 40, dtype=torch.float64)
+    out, lse = flash_attention(q, k, v, block_size=8, return_lse=True)
+    scores = q @ k.transpose(-2, -1) / 8 ** 0.5  # (2, 3, 12, 40)
+    assert (lse - scores.logsumexp(dim=-1)).abs().max().item() <= 1e-12
+    out_a, lse_a = flash_attention(q, k[..., :25, :], v[..., :25, :], return_lse=True)
+    out_b, lse_b = flash_attention(q, k[..., 25:, :], v[..., 25:, :], return_lse=True)
+    w_a = torch.sigmoid(lse_a - lse_b)[..., None]  # e^lse_a / (e^lse_a + e^lse_b): (2, 3, 12, 1)
+    merged = w_a * out_a + (1 - w_a) * out_b
+    assert (merged - out).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_equal_sdpa_gradients(causal):
+    """Autograd through the loop over tiles (fp64: 1e-10, three backward passes' sums)."""
+    q, k, v = qkv((2, 2), 24, 40, D=8, Dv=6)
+    mask = bottom_right(24, 40) if causal else None
+    grads = []
+    for attend in (lambda a, b, c: flash_attention(a, b, c, causal=causal, block_size=7),
+                   lambda a, b, c: F.scaled_dot_product_attention(a, b, c, attn_mask=mask)):
+        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = attend(*inputs)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append([x.grad for x in inputs])
+    for ours, theirs in zip(*grads):
+        assert (ours - theirs).abs().max().item() <= 1e-10
+
+
+# ---- memory: the (T, S) matrix never exists ----------------------------------------------
+
+def test_the_score_matrix_is_never_formed():
+    """Every tensor any operation produces, recorded at the dispatcher: none is as large as
+    the (T, S) scores; the reference implementation does form them (so the check can fail)."""
+    T, S, block = 96, 160, 16  # T · S = 15,360 elements per head; a tile is T · 16 = 1,536
+    q, k, v = qkv((2,), T, S, D=8, Dv=8, dtype=torch.float32)
+    for causal in (False, True):
+        with Recorder() as ours:
+            flash_attention(q, k, v, causal=causal, block_size=block)
+        largest = max(torch.Size(shape).numel() for _, shape in ours.made)
+        assert largest == 2 * T * block  # one tile of scores (the output is T · 8)
+        assert not any(shape[-2:] == (T, S) for _, shape in ours.made)
+    with Recorder() as naive:
+        scaled_dot_product_attention(q, k, v)
+    assert any(shape[-2:] == (T, S) for _, shape in naive.made)
+
+
+def test_causal_skips_the_future_tiles():
+    """With causal=True, rows that can see nothing of a tile are not computed: the score tiles
+    hold about half as many entries as without (Σ over tiles of (T - start) · block)."""
+    T = S = 160
+    block = 16
+    q, k, v = qkv((2,), T, S, D=8, Dv=5, dtype=torch.float32)
+    counts = {}
+    for causal in (False, True):
+        with Recorder() as rec:
+            flash_attention(q, k, v, causal=causal, block_size=block)
+        counts[causal] = sum(torch.Size(shape).numel() for func, shape in rec.made
+                             if func in (torch.ops.aten.bmm.default, torch.ops.aten.mm.default)
+                             and shape[-1] == block)
+    assert counts[False] == 2 * T * S
+    assert counts[True] == 2 * block * sum(T - start for start in range(0, S, block))  # 0.55x
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+def test_bad_inputs_are_rejected():
+    q, k, v = qkv((2, 3), 4, 6)
+    cases = [
+        ((q, k[:1], v[:1]), {}, r"same leading dims, got \(2, 3\), \(1, 3\) and \(1, 3\)"),
+        ((q, k[..., :4], v), {}, "same positive head dim, got 8 and 4"),
+        ((q, k, v[..., :5, :]), {}, "same number of positions, got 6 and 5"),
+        ((q, k, v), {"block_size": 0}, "block_size must be >= 1, got 0"),
+        ((q, k[..., :3, :], v[..., :3, :]), {"causal": True},
+         r"needs S >= T .* got T=4, S=3"),
+        ((q[..., :0, :], k, v), {}, "T >= 1 queries and S >= 1 keys, got T=0, S=6"),
+        ((q, k[..., :0, :], v[..., :0, :]), {}, "got T=4, S=0"),
+        ((q.long(), k, v), {}, "q must be a floating-point tensor, got dtype torch.int64"),
+        ((q, k, v.float()), {}, "one dtype, got torch.float64, torch.float64, torch.float32"),
+        ((q[0, 0, 0], k, v), {}, r"q must have shape \(..., positions, dim\), got \(8,\)"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            flash_attention(*args, **kwargs)
