@@ -1,4 +1,6 @@
 """Our models against independent implementations: Hugging Face Llama and torch.nn.Transformer."""
+import inspect
+
 import pytest
 import torch
 import torch.nn as nn
@@ -54,12 +56,14 @@ def test_kv_cache_matches_hf_incremental_decoding():
     ours = decoder_from_hf_llama(hf).eval()
     tokens = torch.randint(0, 96, (2, 20))
     cache = ours.new_cache(2)
+    # Newer transformers name the cache `cache` (argument and output), older `past_key_values`.
+    name = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
     with torch.no_grad():
         out = hf(tokens[:, :12], use_cache=True)
-        past, theirs = out.past_key_values, [out.logits]
+        past, theirs = getattr(out, name), [out.logits]
         for t in range(12, 20):
-            out = hf(tokens[:, t:t + 1], past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = hf(tokens[:, t:t + 1], use_cache=True, **{name: past})
+            past = getattr(out, name)
             theirs.append(out.logits)
     mine = [ours(tokens[:, :12], cache)] + [ours(tokens[:, t:t + 1], cache) for t in range(12, 20)]
     assert (torch.cat(mine, 1) - torch.cat(theirs, 1)).abs().max().item() <= LOGIT_TOL

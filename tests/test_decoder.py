@@ -112,6 +112,33 @@ def test_generate_with_and_without_cache_agree():
     assert torch.equal(with_cache, without)
 
 
+def test_generate_caches_only_prompt_plus_new_positions(monkeypatch):
+    model = random_model()  # config.max_seq_len = 64
+    made = []
+    new_cache = model.new_cache
+
+    def spy(batch_size, max_seq_len=None):
+        made.append(new_cache(batch_size, max_seq_len))
+        return made[-1]
+
+    monkeypatch.setattr(model, "new_cache", spy)
+    prompt = torch.randint(0, 64, (2, 7))
+    out = model.generate(prompt, 5)
+    assert torch.equal(out, model.generate(prompt, 5, use_cache=False))
+    (cache,) = made
+    assert cache.max_seq_len == 7 + 5 and cache.k.shape == (2, 2, 2, 12, 16)
+    assert cache.nbytes == 2 * 2 * 2 * 2 * 16 * 12 * 4  # 2 · L · B · H_kv · D · (T + new) · fp32
+
+
+def test_a_short_cache_decodes_like_the_full_forward():
+    model = random_model()
+    tokens = torch.randint(0, 64, (2, 9))
+    cache = model.new_cache(2, max_seq_len=9)
+    pieces = [model(tokens[:, :6], cache), model(tokens[:, 6:8], cache), model(tokens[:, 8:], cache)]
+    assert cache.k.shape[3] == 9
+    assert (torch.cat(pieces, dim=1) - model(tokens)).abs().max().item() <= 1e-5  # fp32
+
+
 def test_greedy_generation_picks_the_argmax():
     model = random_model()
     prompt = torch.randint(0, 64, (2, 5))
@@ -171,6 +198,25 @@ def test_cache_overflow_is_rejected():
     with pytest.raises(ValueError, match=r"12 cached \+ 5 new positions > max_seq_len \(16\)"):
         model(torch.zeros(1, 5, dtype=torch.long), cache)
     assert cache.pos == 12  # a rejected call leaves the cache as it was
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_forward_past_a_short_cache_is_rejected(implementation):
+    model = Decoder(small_config(max_seq_len=16, attn_implementation=implementation))
+    cache = model.new_cache(1, max_seq_len=6)
+    model(torch.zeros(1, 4, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"4 cached \+ 3 new positions > the cache's max_seq_len \(6\)"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache)
+    assert cache.pos == 4  # a rejected call leaves the cache as it was
+    model(torch.zeros(1, 2, dtype=torch.long), cache)  # what still fits is accepted
+    assert cache.pos == 6
+
+
+@pytest.mark.parametrize("length", [0, 17])
+def test_new_cache_length_outside_the_config_is_rejected(length):
+    model = Decoder(small_config(max_seq_len=16))
+    with pytest.raises(ValueError, match=rf"max_seq_len must be in \[1, 16\] \(the config's\), got {length}"):
+        model.new_cache(1, max_seq_len=length)
 
 
 def test_token_ids_outside_vocab_are_rejected():

@@ -12,6 +12,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 
 from transformer_lib import plotting
+from transformer_lib.positional import apply_rope, rope_cos_sin
 
 
 @pytest.fixture(autouse=True)
@@ -165,6 +166,24 @@ def test_rope_rotation_without_k_and_bad_shape():
         plotting.rope_rotation(np.ones(3), [0], 0.1)
 
 
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+def test_rope_rotation_draws_what_apply_rope_does_to_one_pair(pairing):
+    """The arrows are apply_rope's output for channel pair i in either pairing; the axes keep
+    the interleaved pairing's names, as the docstring says."""
+    D, i, positions = 8, 1, [0, 1, 3, 7]
+    x = torch.randn(D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    channels = [2 * i, 2 * i + 1] if pairing == "interleaved" else [i, i + D // 2]
+    cos, sin = rope_cos_sin(max(positions) + 1, D, dtype=torch.float64)  # (T, D/2) each
+    rotated = apply_rope(x.expand(max(positions) + 1, D), cos, sin, pairing)  # (T, D)
+    theta_i = 10000.0 ** (-2 * i / D)
+    _, ax = plotting.rope_rotation(x[channels], positions, theta_i)
+    for arrow, m in zip(_arrows(ax, "q,"), positions):
+        np.testing.assert_allclose(arrow.xy, rotated[m, channels].numpy(), rtol=0, atol=1e-12)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("channel 2i", "channel 2i+1")
+    doc = " ".join(plotting.rope_rotation.__doc__.split())
+    assert "interleaved pairing" in doc and "channels i and i + D/2" in doc
+
+
 # lr_schedule ---------------------------------------------------------------------------
 
 
@@ -259,6 +278,9 @@ def _every_figure():
         "lr_schedule": plotting.lr_schedule(noam, 400, title="Noam"),
         "loss_curve": plotting.loss_curve({"loss": np.linspace(3, 1, 50)}, title="loss"),
         "score_variance": plotting.score_variance([4, 16, 64], [4.1, 15.8, 63.0], [1.0, 1.0, 0.98]),
+        "grouped_bars": plotting.grouped_bars(
+            {f"series {j}": np.linspace(0.1, 0.9, 8) ** (j + 1) for j in range(3)},
+            [f"label {i}" for i in range(8)], title="bars", ylabel="probability"),
         "position_curves": plotting.position_curves(
             {f"curve {i}": np.sin(np.arange(200) / (i + 1)) for i in range(5)}, mark=100,
             mark_label="mark", title="curves"),
@@ -382,6 +404,28 @@ def test_position_curves_bad_input_raises(kwargs, message):
         plotting.position_curves(**kwargs)
 
 
+# the line colours --------------------------------------------------------------------------
+
+# Okabe & Ito (2008), "Color Universal Design": the eight colours of their palette.
+OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+
+
+def test_line_colours_are_one_okabe_ito_palette():
+    assert set(plotting.RUN_COLOURS) <= OKABE_ITO
+    assert len(set(plotting.RUN_COLOURS)) == len(plotting.RUN_COLOURS) == 6
+    assert plotting.CURVE_COLOURS == plotting.RUN_COLOURS[:len(plotting.CURVE_STYLES)]
+
+
+def test_line_figures_give_their_nth_line_the_same_colour():
+    data = {f"line {i}": np.arange(1.0, 5.0) * (i + 1) for i in range(5)}
+    _, runs = plotting.compare_runs(data)
+    _, curves = plotting.position_curves(data)
+    _, memory = plotting.memory_curves([1, 2, 4, 8], data)
+    colours = [[matplotlib.colors.to_hex(line.get_color()).upper() for line in ax.lines[:5]]
+               for ax in (runs, curves, memory)]
+    assert colours[0] == colours[1] == colours[2] == list(plotting.RUN_COLOURS[:5])
+
+
 # compare_runs ------------------------------------------------------------------------------
 
 
@@ -437,6 +481,45 @@ def test_compare_runs_fits_the_column_in_colour_blind_safe_colours():
     red = any((h <= 20 or h >= 340) and s > 0.5 for h, s in hues)
     green = any(70 <= h <= 170 and s > 0.35 for h, s in hues)
     assert not (red and green)
+
+
+# grouped_bars --------------------------------------------------------------------------
+
+
+def test_grouped_bars_places_each_series_beside_the_others():
+    series = {"τ = 0.5": [0.7, 0.2, 0.1], "τ = 1.0": [0.5, 0.3, 0.2], "τ = 1.5": [0.4, 0.35, 0.25]}
+    fig, ax = plotting.grouped_bars(series, ["a", "b", "space"], title="next character",
+                                    ylabel="probability")
+    assert [c.get_label() for c in ax.containers] == list(series)
+    for j, (container, values) in enumerate(zip(ax.containers, series.values())):
+        heights = [bar.get_height() for bar in container]
+        centres = [bar.get_x() + bar.get_width() / 2 for bar in container]
+        np.testing.assert_allclose(heights, values, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(centres, np.arange(3) + (j - 1) * 0.8 / 3, rtol=0, atol=1e-12)
+        assert {matplotlib.colors.to_hex(bar.get_facecolor()).upper() for bar in container} == {
+            plotting.RUN_COLOURS[j]}
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "space"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(series)
+    assert ax.get_ylabel() == "probability" and ax.get_title() == "next character"
+
+
+def test_grouped_bars_one_series_on_given_axes():
+    fig, ax = plt.subplots()
+    out_fig, out_ax = plotting.grouped_bars({"only": torch.tensor([1.0, 2.0])}, ["x", "y"], ax=ax)
+    assert out_ax is ax and out_fig is fig
+    centres = [bar.get_x() + bar.get_width() / 2 for bar in ax.containers[0]]
+    np.testing.assert_allclose(centres, [0.0, 1.0], rtol=0, atol=1e-12)  # centred on the ticks
+
+
+@pytest.mark.parametrize("series, labels, message", [
+    ({}, ["a"], r"series must hold 1 to 6 series, got 0"),
+    ({f"s{i}": [1.0] for i in range(7)}, ["a"], r"1 to 6 series, got 7"),
+    ({"a": [1.0, 2.0]}, [], r"labels is empty"),
+    ({"a": [1.0, 2.0], "b": [1.0]}, ["x", "y"], r"one value per label \(2\), got 'b': 1"),
+])
+def test_grouped_bars_bad_input_raises(series, labels, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.grouped_bars(series, labels)
 
 
 # kv_cache_mask -------------------------------------------------------------------------

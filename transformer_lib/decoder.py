@@ -131,22 +131,41 @@ class Decoder(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def _check_tokens(self, tokens: Tensor, start: int) -> None:
+    def _check_tokens(self, tokens: Tensor, cache: KVCache | None = None) -> None:
         check_token_ids(tokens, self.config.vocab_size)
-        T = tokens.shape[1]
+        start, T = (0 if cache is None else cache.pos), tokens.shape[1]
         if start + T > self.config.max_seq_len:
             raise ValueError(
                 f"sequence too long: {start} cached + {T} new positions "
                 f"> max_seq_len ({self.config.max_seq_len})"
             )
+        if cache is not None and start + T > cache.max_seq_len:
+            raise ValueError(
+                f"KV cache overflow: {start} cached + {T} new positions "
+                f"> the cache's max_seq_len ({cache.max_seq_len})"
+            )
 
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` sequences, on this model's device and dtype."""
+    def new_cache(self, batch_size: int, max_seq_len: int | None = None) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences, on this model's device and dtype.
+
+        Args:
+            batch_size: number of sequences B.
+            max_seq_len: positions it holds (prompt + generated), at most the config's,
+                which it defaults to; its memory grows linearly with it.
+
+        Returns:
+            a :class:`KVCache` with ``k``, ``v`` of shape ``(n_layers, B, H_kv, max_seq_len, D)``.
+        """
         c = self.config
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        max_seq_len = c.max_seq_len if max_seq_len is None else max_seq_len
+        if not 1 <= max_seq_len <= c.max_seq_len:
+            raise ValueError(
+                f"max_seq_len must be in [1, {c.max_seq_len}] (the config's), got {max_seq_len}"
+            )
         w = self.embed_tokens.weight
-        return KVCache(c.n_layers, batch_size, c.n_kv_heads, c.max_seq_len, c.head_dim,
+        return KVCache(c.n_layers, batch_size, c.n_kv_heads, max_seq_len, c.head_dim,
                        dtype=w.dtype, device=w.device)
 
     def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
@@ -161,7 +180,7 @@ class Decoder(nn.Module):
             ``(B, T, V)`` logits.
         """
         start = 0 if cache is None else cache.pos
-        self._check_tokens(tokens, start)
+        self._check_tokens(tokens, cache)
         B, T = tokens.shape
         if cache is not None and cache.batch_size != B:
             raise ValueError(f"cache was made for batch size {cache.batch_size}, got tokens of batch size {B}")
@@ -188,6 +207,7 @@ class Decoder(nn.Module):
         ``temperature = 0`` is greedy decoding; otherwise sample from softmax(logits / temperature),
         restricted to the ``top_k`` most likely tokens if given. With ``use_cache`` the prompt is
         prefilled once and each step feeds one token; without it every step recomputes the prefix.
+        The cache holds only the ``T + max_new_tokens`` positions this call fills.
         """
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -195,7 +215,7 @@ class Decoder(nn.Module):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
-        self._check_tokens(tokens, 0)
+        self._check_tokens(tokens)
         total = tokens.shape[1] + max_new_tokens
         if total > self.config.max_seq_len:
             raise ValueError(
@@ -204,7 +224,8 @@ class Decoder(nn.Module):
             )
         if max_new_tokens == 0:
             return tokens
-        cache = self.new_cache(tokens.shape[0]) if use_cache else None
+        # Cache only the positions this call fills, not all of config.max_seq_len.
+        cache = self.new_cache(tokens.shape[0], total) if use_cache else None
         logits = self(tokens, cache)  # prefill: (B, T, V)
         for step in range(max_new_tokens):
             next_token = self._pick(logits[:, -1], temperature, top_k, generator)  # (B, 1)

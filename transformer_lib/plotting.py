@@ -220,8 +220,12 @@ def rope_rotation(
     its angle. If `k` is given it is rotated by the same angles and drawn as black dashed
     arrows: the angle between q and k at equal positions never changes.
 
+    The axes are named for the interleaved pairing of the RoPE paper, channels 2i and 2i+1.
+    The rotation is the same in the "half" pairing of Hugging Face's Llama; there the pair
+    is channels i and i + D/2 (see :mod:`transformer_lib.positional`).
+
     Args:
-        q: one channel pair of a query, shape (2,).
+        q: one channel pair of a query, shape (2,): (channel 2i, channel 2i+1).
         positions: positions m to draw, length N.
         theta_i: rotation frequency of this channel pair, radians per position.
         k: one channel pair of a key, shape (2,), optional.
@@ -427,10 +431,12 @@ def scaling_curve(
     return fig, ax
 
 
-# Line colours for several curves in one plot: blue, orange, reddish purple, sky blue, black
-# (Okabe-Ito), told apart with the common colour-vision deficiencies, and no red-green pair.
-CURVE_COLOURS = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#000000")
+# The line colours of every plot here, in the order the lines take them: blue, orange, reddish
+# purple, sky blue, black, vermillion (Okabe-Ito), told apart with the common colour-vision
+# deficiencies, and no red-green pair; vermillion, the nearest to orange, comes last.
+RUN_COLOURS = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#D55E00")
 CURVE_STYLES = ("-", "--", "-.", ":", "-")
+CURVE_COLOURS = RUN_COLOURS[:len(CURVE_STYLES)]  # one colour per line style
 
 
 def position_curves(
@@ -488,9 +494,6 @@ def position_curves(
         ax.legend(fontsize=VALUE_SIZE)
     _label(ax, title, xlabel, ylabel)
     return fig, ax
-
-
-RUN_COLOURS = ("#0072B2", "#D55E00", "#56B4E9", "#E69F00", "#CC79A7", "#000000")  # Okabe-Ito
 
 
 def compare_runs(
@@ -554,6 +557,49 @@ def compare_runs(
     ax.grid(alpha=0.3)
     if legend:
         ax.legend(fontsize=VALUE_SIZE)
+    _label(ax, title, xlabel, ylabel)
+    return fig, ax
+
+
+def grouped_bars(
+    series: Mapping[str, ArrayLike],
+    labels: Sequence[str],
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "",
+    ylabel: str = "value",
+) -> tuple[Figure, Axes]:
+    """Bars of several named series side by side at each of N labelled places, e.g. the
+    probabilities of the likeliest next tokens at three temperatures.
+
+    Args:
+        series: name -> N values (at most ``len(RUN_COLOURS)`` series), each drawn in the
+            next of ``RUN_COLOURS``; each name is the series' legend entry.
+        labels: the N tick labels, one per place.
+        ax: Axes to draw on; a new figure is created when None.
+        title, xlabel, ylabel: the figure's texts.
+
+    Returns:
+        (fig, ax). ``ax.containers[j]`` holds the N bars of the j-th series of ``series``,
+        labelled with its name; the bars of one place share 0.8 of the unit around it.
+    """
+    if not series or len(series) > len(RUN_COLOURS):
+        raise ValueError(f"series must hold 1 to {len(RUN_COLOURS)} series, got {len(series)}")
+    if len(labels) == 0:
+        raise ValueError("labels is empty: give one label per place")
+    values = {name: _to_numpy(v).reshape(-1) for name, v in series.items()}
+    wrong = {name: len(v) for name, v in values.items() if len(v) != len(labels)}
+    if wrong:
+        sizes = ", ".join(f"{name!r}: {n}" for name, n in wrong.items())
+        raise ValueError(f"every series needs one value per label ({len(labels)}), got {sizes}")
+    n, width = len(values), 0.8 / len(values)
+    places = np.arange(len(labels))
+    fig, ax = _new_axes(ax, figsize=(7.5, 3.2))
+    for j, ((name, v), colour) in enumerate(zip(values.items(), RUN_COLOURS)):
+        ax.bar(places + (j - (n - 1) / 2) * width, v, width=width, color=colour, label=name)
+    ax.set_xticks(places, labels=list(labels))
+    ax.legend(fontsize=LABEL_SIZE)
     _label(ax, title, xlabel, ylabel)
     return fig, ax
 
