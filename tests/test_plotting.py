@@ -591,9 +591,17 @@ def test_memory_curves_draws_the_reference_and_each_curve_in_mb_on_log_axes():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(measured={}), "measured needs 1 to 5 curves, got 0"),
     (dict(measured={"a": [1, 2]}), "'a' has 2 values but there are 3 lengths"),
-    (dict(measured={"a": [1, 0, 2]}), "must be positive for log-log axes"),
+    (dict(measured={"a": [1, -1, 2]}), "values positive"),
+    (dict(measured={"a": [1, 2, 3]}, reference=[1, 0, 2]), "values positive"),
     (dict(measured={"a": [1, 2, 3]}, reference=[1, 2]), "'reference' has 2 values"),
 ])
 def test_memory_curves_bad_input_raises(kwargs, message):
     with pytest.raises(ValueError, match=message):
         plotting.memory_curves([1, 2, 4], **kwargs)
+
+
+def test_memory_curves_leaves_a_measured_zero_out_of_its_curve():
+    # A rise below the instrument's resolution reads 0, which a log axis cannot show.
+    _, ax = plotting.memory_curves([1, 2, 4], {"a": [1e6, 0, 4e6]})
+    y = ax.get_lines()[0].get_ydata()
+    assert y[0] == 1.0 and np.isnan(y[1]) and y[2] == 4.0

@@ -687,7 +687,9 @@ def memory_curves(
 
     Args:
         lengths: N positive lengths, e.g. [512, 1024, ..., 8192] (a base-2 axis).
-        measured: name -> N positive byte counts (at most ``len(CURVE_COLOURS)`` curves).
+        measured: name -> N byte counts (at most ``len(CURVE_COLOURS)`` curves). A count of
+            0, a rise below what the instrument resolves, has no place on a log axis: that
+            point is left out of its curve.
         reference: N positive byte counts drawn as a wide pale line, or None.
         reference_label: the reference's legend entry.
         ax: Axes to draw on; a new figure is created when None.
@@ -708,9 +710,12 @@ def memory_curves(
     for name, y in curves.items():
         if len(y) != len(x):
             raise ValueError(f"{name!r} has {len(y)} values but there are {len(x)} lengths")
-        if np.any(y <= 0) or np.any(x <= 0):
-            raise ValueError(f"lengths and values must be positive for log-log axes, got "
-                             f"lengths {x.tolist()} and {name!r} {y.tolist()}")
+        measured_zero_ok = name in measured  # a measured 0 is left out; a reference's is not
+        if np.any(x <= 0) or np.any(y < 0) or (not measured_zero_ok and np.any(y == 0)):
+            raise ValueError(f"lengths must be positive and values positive (or 0 in a "
+                             f"measured curve) for log-log axes, got lengths {x.tolist()} and "
+                             f"{name!r} {y.tolist()}")
+    curves = {name: np.where(y > 0, y, np.nan) for name, y in curves.items()}
     fig, ax = _new_axes(ax, figsize=(6, 3.8))
     if reference is not None:
         ax.plot(x, curves.pop(reference_label) / 1e6, "-", color="tab:gray", alpha=0.4,
