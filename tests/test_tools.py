@@ -148,3 +148,25 @@ def test_setup_cell_asks_for_a_restart_when_an_imported_package_changed(monkeypa
     assert "not-imported-anywhere" not in printed  # not imported: no restart needed for it
     _run_setup_cell(monkeypatch, ok, before, {**before, "transformer-lib": "0.1.0"})
     assert capsys.readouterr().out == ""  # the library alone was added: nothing to say
+
+
+def test_the_grader_runs_a_notebook_again_when_its_grading_cell_did_not_run(monkeypatch):
+    import grade
+
+    calls = []
+
+    def flaky(path, chapter, timeout, workdir):
+        calls.append(path)
+        if len(calls) == 1:  # e.g. a kernel that failed to start
+            return "not graded: the grading cell did not run (RuntimeError: Kernel died)", {}
+        return "ok", {"f": {"result": "pass", "report": "f: passed"}}
+
+    monkeypatch.setattr(grade, "_run_one", flaky)
+    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT) == (
+        "ok", {"f": {"result": "pass", "report": "f: passed"}})
+    assert len(calls) == 2
+
+    calls.clear()
+    monkeypatch.setattr(grade, "_run_one", lambda *args: (calls.append(1), ("time limit", {}))[1])
+    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT) == ("time limit", {})
+    assert len(calls) == 1  # a time limit is the notebook's own: not run again
