@@ -26,8 +26,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from transformer_lib.convert import decoder_from_hf_llama  # noqa: E402
-from transformer_lib.decoder import Decoder  # noqa: E402
+from transformer_lib.convert import decoder_from_hf_llama
+from transformer_lib.decoder import Decoder
 
 VOCAB, D_MODEL, LAYERS, HEADS, KV_HEADS, D_FF = 1000, 256, 4, 8, 2, 688
 PROMPT, NEW = 256, 128

@@ -1,13 +1,14 @@
 """The training-stability ablation of chapter 4: post-norm or pre-norm, Noam warmup or none.
 
 Trains the reversal model of ``transformer_lib.tasks`` once per depth × norm placement ×
-schedule × seed (``transformer_lib.tasks.stability_ablation``) and writes the results, with
+schedule × seed (``transformer_lib.stability.stability_ablation``) and writes the results, with
 the command and the time it took, to ``transformer_lib/data/stability_ablation.json``, the
 file the chapter plots (``load_stability_ablation()``). Every run is seeded: the same command
 on the same software gives the same numbers. It runs single-threaded (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``), as the book does; the default sweep (60 runs) takes several
 minutes of one CPU core. Besides the wall-clock time the JSON keeps the CPU time, which other
-programs on a busy machine do not inflate.
+programs on a busy machine do not inflate. The options default to ``stability_ablation``'s own
+defaults.
 
     python bench/stability_ablation.py                 # the sweep shipped with the library
     python bench/stability_ablation.py --depths 2 --seeds 1 --out /tmp/small.json
@@ -24,11 +25,18 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
+import torch
 
-from transformer_lib.tasks import ABLATION_FILE, stability_ablation  # noqa: E402
+from transformer_lib.stability import (
+    ABLATION_FILE,
+    NORMS,
+    parameter_defaults,
+    stability_ablation,
+)
+from transformer_lib.tasks import SCHEDULES
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "transformer_lib" / "data" / ABLATION_FILE
+DEFAULTS = parameter_defaults(stability_ablation)  # the sweep shipped with the library
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,17 +44,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Post-norm vs pre-norm x Noam warmup vs none on the reversal task: train "
                     "every combination for several depths and seeds, write the results as JSON "
                     "and print the time it took.")
-    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 6],
-                        help="layers per stack, encoder and decoder (default: 2 4 6)")
-    parser.add_argument("--seeds", type=int, default=5,
-                        help="seeds 0 .. N-1 for every setting (default: 5)")
-    parser.add_argument("--steps", type=int, default=300, help="updates per run (default: 300)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="sequences per update (default: 64)")
-    parser.add_argument("--warmup", type=int, default=60,
-                        help="Noam warmup steps; the peak rate is reached there (default: 60)")
-    parser.add_argument("--lr-scale", type=float, default=0.4,
-                        help="factor on the Noam rate, as train_reversal's lr_scale (default: 0.4)")
+    depths, seeds = list(DEFAULTS["depths"]), len(DEFAULTS["seeds"])
+    parser.add_argument("--depths", type=int, nargs="+", default=depths,
+                        help="layers per stack, encoder and decoder (default: "
+                             f"{' '.join(map(str, depths))})")
+    parser.add_argument("--seeds", type=int, default=seeds,
+                        help=f"seeds 0 .. N-1 for every setting (default: {seeds})")
+    parser.add_argument("--steps", type=int, default=DEFAULTS["steps"],
+                        help="updates per run (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"],
+                        help="sequences per update (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=DEFAULTS["warmup"],
+                        help="Noam warmup steps; the peak rate is reached there "
+                             "(default: %(default)s)")
+    parser.add_argument("--lr-scale", type=float, default=DEFAULTS["lr_scale"],
+                        help="factor on the Noam rate, as train_reversal's lr_scale "
+                             "(default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"where to write the JSON (default: {DEFAULT_OUT})")
     return parser.parse_args(argv)
@@ -57,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     command = "python bench/stability_ablation.py" + "".join(
         f" {arg}" for arg in (argv if argv is not None else sys.argv[1:]))
-    n_runs = len(args.depths) * 4 * args.seeds
+    n_runs = len(args.depths) * len(NORMS) * len(SCHEDULES) * args.seeds
     print(f"{n_runs} runs: depths {args.depths} x post/pre-norm x noam/no-warmup x "
           f"{args.seeds} seeds, {args.steps} steps of {args.batch_size} sequences", flush=True)
     start, cpu_start = time.perf_counter(), time.process_time()

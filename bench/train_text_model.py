@@ -113,7 +113,7 @@ def run_sweep(out: Path, seeds: list[int], steps: int, threads: int) -> None:
         for seed in seeds:  # the same seeds, hence the same batches, for every n_kv
             model, history = train_text_model(config, train_ids, seed=seed, **settings)
             losses.append(evaluate_loss(model, val_ids, settings["seq_len"]))
-            seconds.append(round(history["seconds"][0], 1))
+            seconds.append(round(history["seconds"], 1))
             print(f"  {SWEEP_NAMES[n_kv]} (n_kv_heads={n_kv}), seed {seed}: "
                   f"validation loss {losses[-1]:.4f} ({seconds[-1]:.0f} s)", flush=True)
         results.append({

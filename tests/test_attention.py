@@ -1,15 +1,21 @@
-
+"""Attention: the written-out reference, masks, the dispatch table of implementations, and
+the multi-head layer, against PyTorch (fp32 1e-5) and an independent reference (fp64 1e-12)."""
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from transformer_lib import attention
 from transformer_lib.attention import (
+    ATTENTION_FUNCTIONS,
+    ATTN_IMPLEMENTATIONS,
     MultiHeadAttention,
+    attention_mask,
     causal_mask,
     repeat_kv,
     scaled_dot_product_attention,
 )
+from transformer_lib.decoder import Decoder, DecoderConfig
 
 from conftest import randomize_
 
@@ -78,7 +84,7 @@ def test_gqa_matches_torch_sdpa_enable_gqa():
 
 
 def _from_torch_mha(ref: nn.MultiheadAttention) -> MultiHeadAttention:
-    ours = MultiHeadAttention(ref.embed_dim, ref.num_heads)
+    ours = MultiHeadAttention(ref.embed_dim, ref.num_heads, keep_weights=True)
     with torch.no_grad():
         wq, wk, wv = ref.in_proj_weight.chunk(3)
         bq, bk, bv = ref.in_proj_bias.chunk(3)
@@ -212,3 +218,149 @@ def test_half_precision_softmax_runs_in_fp32():
     assert w.dtype == out.dtype == torch.bfloat16
     ref = torch.softmax((q.float() @ q.float().transpose(-1, -2)) / 8 ** 0.5, -1)
     assert (w.float() - ref).abs().max() < 2e-2  # bf16 has ~3 significant digits
+
+
+# ---- one dispatch table: every entry computes the same attention --------------------------
+
+# (name, T, S, padding, causal): padding is None, "keys" (B, 1, 1, S) or "blocked row"
+# (B, 1, T, S) with one query that sees no key at all.
+CASES = [
+    ("square causal", 7, 7, None, True),
+    ("chunk after a cached prefix", 5, 12, None, True),
+    ("one query", 1, 9, None, True),
+    ("padding and causal", 6, 10, "keys", True),
+    ("padding, not causal", 6, 10, "keys", False),
+    ("a fully blocked query row", 4, 6, "blocked row", False),
+    ("a blocked row and causal", 4, 6, "blocked row", True),
+    ("padding and causal over 3 key tiles", 20, 150, "keys", True),  # tiled reads 64 at a time
+]
+
+
+def reference_attention(q, k, v, keep, scale):
+    """softmax(scale · q kᵀ) v written out independently: heads repeated, blocked scores -inf,
+    a row with no visible key all zeros. ``keep`` is the full (B, H, T, S) mask or None."""
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+    scores = scale * q @ k.transpose(-2, -1)  # (B, H, T, S)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (B, H, T, S)
+    return weights @ v, weights
+
+
+def case_inputs(T, S, padding, causal, H=6, H_kv=3, D=8, Dv=8):
+    """fp64 q, k, v, the mask to pass, and the full mask the reference applies."""
+    B = 2
+    q = torch.randn(B, H, T, D, dtype=torch.float64)
+    k = torch.randn(B, H_kv, S, D, dtype=torch.float64)
+    v = torch.randn(B, H_kv, S, Dv, dtype=torch.float64)
+    mask = None
+    if padding == "keys":
+        mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        mask[0, ..., :3] = False  # sequence 0: its first three positions are padding
+    elif padding == "blocked row":
+        mask = torch.rand(B, 1, T, S) > 0.3
+        mask[..., 0] = True
+        mask[1, 0, 2] = False  # query 2 of sequence 1 sees no key
+    keep = torch.ones(B, H, T, S, dtype=torch.bool)
+    if mask is not None:
+        keep = keep & mask
+    if causal:
+        keep = keep & torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # bottom-right
+    return q, k, v, mask, keep
+
+
+@pytest.mark.parametrize("heads", [(6, 6), (6, 3), (6, 1)], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize("name, T, S, padding, causal", CASES, ids=[c[0] for c in CASES])
+def test_every_entry_equals_the_reference(name, T, S, padding, causal, heads):
+    q, k, v, mask, keep = case_inputs(T, S, padding, causal, H=heads[0], H_kv=heads[1])
+    expected, expected_w = reference_attention(q, k, v, keep, 8 ** -0.5)
+    for implementation, attend in ATTENTION_FUNCTIONS.items():
+        out, weights = attend(q, k, v, mask, causal=causal, need_weights=True)
+        assert out.shape == expected.shape, implementation
+        assert (out - expected).abs().max().item() <= 1e-12, implementation
+        if implementation == "eager":
+            assert (weights - expected_w).abs().max().item() <= 1e-12
+        else:
+            assert weights is None  # these never form the weights
+    if padding == "blocked row":  # the row with no key is zero everywhere, not NaN
+        for attend in ATTENTION_FUNCTIONS.values():
+            out, _ = attend(q, k, v, mask, causal=causal)
+            assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2]))
+
+
+@pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
+def test_values_of_another_width_and_a_custom_scale(implementation):
+    q, k, v, mask, keep = case_inputs(5, 11, "keys", True, H=4, H_kv=2, D=8, Dv=5)
+    expected, _ = reference_attention(q, k, v, keep, 0.3)
+    out, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, causal=True, scale=0.3)
+    assert out.shape == (2, 4, 5, 5)
+    assert (out - expected).abs().max().item() <= 1e-12
+    default, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, causal=True)
+    assert (default - out).abs().max().item() > 1e-3  # the scale is used, not D ** -0.5
+
+
+def test_the_public_reference_takes_a_scale():
+    q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
+    _, w = scaled_dot_product_attention(q, k, v, None, 0.0, 0.5)
+    assert torch.allclose(w, torch.softmax(0.5 * q @ k.transpose(-1, -2), dim=-1), atol=1e-6)
+
+
+def test_the_causal_mask_is_decided_in_one_place():
+    """attention_mask: nothing for a single query or without causal, the bottom-right mask
+    otherwise, AND-ed with a padding mask."""
+    padding = torch.tensor([False, True, True, True, True])[None, None, None]  # (1, 1, 1, S)
+    assert attention_mask(1, 5, causal=True) is None  # a decoding step: no mask at all
+    assert attention_mask(1, 5, padding, causal=True) is padding
+    assert attention_mask(3, 5, padding, causal=False) is padding
+    assert torch.equal(attention_mask(3, 5, causal=True), causal_mask(3, 5))
+    assert torch.equal(attention_mask(3, 5, padding, causal=True), padding & causal_mask(3, 5))
+
+
+def test_a_decoding_step_builds_no_mask(monkeypatch):
+    """With a cache, one new token: no implementation builds a mask (nor the model)."""
+    built = []
+    real = attention.causal_mask
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "causal_mask", counting)
+    for implementation in ATTN_IMPLEMENTATIONS:
+        model = Decoder(DecoderConfig(attn_implementation=implementation)).eval()
+        cache = model.new_cache(1)
+        model(torch.randint(0, 64, (1, 6)), cache)  # a prefill: eager builds its (6, 6) mask
+        prefill = len(built)
+        model(torch.randint(0, 64, (1, 1)), cache)
+        assert len(built) == prefill, implementation
+        built.clear()
+
+
+@pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
+def test_mha_dispatches_through_the_table(implementation, monkeypatch):
+    calls = []
+    entry = ATTENTION_FUNCTIONS[implementation]
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["causal"])
+        return entry(*args, **kwargs)
+
+    monkeypatch.setitem(ATTENTION_FUNCTIONS, implementation, spy)
+    attn = MultiHeadAttention(16, 4, n_kv_heads=2, attn_implementation=implementation)
+    attn(torch.randn(1, 3, 16), causal=True)
+    assert calls == [True]
+
+
+def test_bad_entry_inputs_are_rejected():
+    q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 3, 5, 8), torch.randn(1, 3, 5, 8)
+    for attend in ATTENTION_FUNCTIONS.values():
+        with pytest.raises(ValueError, match=r"query heads \(4\) must be a multiple of "
+                                             r"key/value heads \(3\)"):
+            attend(q, k, v)
+        with pytest.raises(ValueError, match=r"4 dimensions .* got q \(4, 3, 8\)"):
+            attend(q[0], k, v)
+        with pytest.raises(ValueError, match="same positive head dim, got 8 and 4"):
+            attend(q[:, :3], k[..., :4], v)
+        with pytest.raises(ValueError, match="same number of heads, got 3 and 2"):
+            attend(q[:, :3], k, v[:, :2])

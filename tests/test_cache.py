@@ -1,11 +1,15 @@
-"""The KV cache (claim C33): what a layer writes, where, and what it reads back."""
+"""The caches (claim C33): what a layer writes, where, what it reads back, and the one contract
+(``PositionCache``) that the KV cache and the MLA cache share."""
 import pytest
 import torch
 
-from conftest import randomize_
 from transformer_lib.attention import MultiHeadAttention, causal_mask
-from transformer_lib.cache import KVCache
+from transformer_lib.cache import KVCache, PositionCache, cache_length
+from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.decoder import KVCache as KVCacheFromDecoder
+from transformer_lib.variants.mla import MLACache, MLAConfig, MultiHeadLatentAttention
+
+from conftest import randomize_
 
 
 def test_update_writes_at_pos_and_returns_everything_cached():
@@ -31,9 +35,9 @@ def test_layer_writes_into_the_slot_of_its_layer_idx():
     x = torch.randn(1, 7, 16)  # (B, T, C)
     full = attn(x, mask=causal_mask(7))  # (B, T, C)
     cache = KVCache(n_layers=3, batch_size=1, n_kv_heads=2, max_seq_len=10, head_dim=4)
-    first = attn(x[:, :4], mask=causal_mask(4), kv_cache=cache)
+    first = attn(x[:, :4], causal=True, kv_cache=cache)
     cache.advance(4)
-    rest = attn(x[:, 4:], mask=causal_mask(3, 7), kv_cache=cache)
+    rest = attn(x[:, 4:], causal=True, kv_cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-6, rtol=0)
     assert (cache.k[:2] == 0).all() and (cache.k[2, :, :, :7] != 0).all()
 
@@ -42,13 +46,86 @@ def test_decoder_module_still_exports_the_cache():
     assert KVCacheFromDecoder is KVCache
 
 
+# ---- one contract for both caches ---------------------------------------------------------
+
+def both_caches() -> list[PositionCache]:
+    """A KV cache and an MLA cache of 6 positions for a batch of 2."""
+    return [KVCache(n_layers=2, batch_size=2, n_kv_heads=3, max_seq_len=6, head_dim=4),
+            MLACache(batch_size=2, max_seq_len=6, kv_lora_rank=5, qk_rope_head_dim=4)]
+
+
+def write(cache: PositionCache, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write T random positions through the cache's own ``update``."""
+    if isinstance(cache, KVCache):
+        return cache.update(0, torch.randn(2, 3, T, 4), torch.randn(2, 3, T, 4))
+    return cache.update(torch.randn(2, T, 5), torch.randn(2, T, 4))
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["KVCache", "MLACache"])
+def test_both_caches_keep_one_contract(index):
+    cache = both_caches()[index]
+    assert isinstance(cache, PositionCache)
+    first, _ = write(cache, 4)
+    assert cache.pos == 0, "update never advances"
+    cache.advance(4)
+    second, _ = write(cache, 2)
+    assert second.shape[-2 if index == 0 else 1] == 6  # every cached position comes back
+    assert cache.pos == 4
+    cache.advance(2)
+    with pytest.raises(ValueError, match=rf"{type(cache).__name__} overflow: 6 cached \+ 1 new "
+                                         r"positions > the cache's max_seq_len \(6\)"):
+        write(cache, 1)
+    with pytest.raises(ValueError, match=r"6 cached \+ 1 new"):
+        cache.advance(1)
+    assert cache.pos == 6  # a refused call changes nothing
+    cache.reset()
+    assert cache.pos == 0
+    # nbytes is the sum over the cache's tensors, all positions, filled or not.
+    assert cache.nbytes == sum(t.numel() * 4 for t in cache.tensors())
+    # k and v · L · B · H_kv · S · D, or B · S · (d_c + D_r); 4 bytes each
+    assert cache.nbytes == (2 * 2 * 2 * 3 * 6 * 4 if index == 0 else 2 * 6 * (5 + 4)) * 4
+
+
+def test_a_cache_for_other_heads_names_expected_and_got_shapes():
+    """A cache made for 2 key/value heads, written with 4: a ValueError naming both shapes,
+    not a raw broadcasting error from torch."""
+    cache = KVCache(n_layers=1, batch_size=1, n_kv_heads=2, max_seq_len=8, head_dim=16)
+    message = (r"k must have shape \(B, H_kv, T, D\) = \(1, 2, T, 16\) for this cache, "
+               r"got \(1, 4, 3, 16\)")
+    with pytest.raises(ValueError, match=message):
+        cache.update(0, torch.zeros(1, 4, 3, 16), torch.zeros(1, 4, 3, 16))
+    with pytest.raises(ValueError, match=r"v must have shape .* = \(1, 2, 3, 16\) .* \(1, 2, 3, 8\)"):
+        cache.update(0, torch.zeros(1, 2, 3, 16), torch.zeros(1, 2, 3, 8))
+    # Through a model: a cache from a model with other sizes is refused the same way.
+    small = Decoder(DecoderConfig(n_heads=4, n_kv_heads=2))
+    other = Decoder(DecoderConfig(n_heads=4, n_kv_heads=4)).new_cache(1)
+    with pytest.raises(ValueError, match=r"= \(1, 4, T, 16\) for this cache, got \(1, 2, 3, 16\)"):
+        small(torch.zeros(1, 3, dtype=torch.long), other)
+    assert other.pos == 0
+
+
+def test_cache_length_is_checked_in_one_place():
+    assert cache_length(None, 16) == 16 and cache_length(5, 16) == 5
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match=rf"max_seq_len must be in \[1, 16\] \(the config's\), "
+                                             rf"got {bad}"):
+            cache_length(bad, 16)
+    # The decoder and the MLA layer both use it: the same message from either.
+    mla = MultiHeadLatentAttention(MLAConfig(max_seq_len=16))
+    for make in (Decoder(DecoderConfig(max_seq_len=16)).new_cache, mla.new_cache):
+        with pytest.raises(ValueError, match=r"max_seq_len must be in \[1, 16\].*got 17"):
+            make(1, max_seq_len=17)
+
+
 def test_bad_cache_use_is_rejected():
-    with pytest.raises(ValueError, match=r"batch_size=0, head_dim=0"):
+    with pytest.raises(ValueError, match="batch_size must be positive, got 0; "
+                                         "head_dim must be positive, got 0"):
         KVCache(n_layers=1, batch_size=0, n_kv_heads=1, max_seq_len=4, head_dim=0)
     cache = KVCache(n_layers=2, batch_size=1, n_kv_heads=1, max_seq_len=4, head_dim=2)
     with pytest.raises(ValueError, match=r"layer_idx must be in \[0, 1\], got 2"):
         cache.update(2, torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2))
-    with pytest.raises(ValueError, match=r"0 cached \+ 5 new positions > max_seq_len \(4\)"):
+    with pytest.raises(ValueError, match=r"0 cached \+ 5 new positions > the cache's "
+                                         r"max_seq_len \(4\)"):
         cache.update(0, torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
     with pytest.raises(ValueError, match=r"layer_idx must be >= 0, got -1"):
         MultiHeadAttention(8, 2, layer_idx=-1)

@@ -26,7 +26,7 @@ def hf_llama(n_heads=4, n_kv_heads=2, tie=False, theta=500000.0, vocab=96, layer
     return randomize_(model, std=0.1).eval()
 
 
-@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", "tiled"])
 @pytest.mark.parametrize("n_heads, n_kv_heads, tie", [(4, 4, False), (4, 2, True), (8, 2, False), (8, 1, True)])
 def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie, attn_implementation):
     hf = hf_llama(n_heads, n_kv_heads, tie)

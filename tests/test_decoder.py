@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from transformer_lib.attention import ATTN_IMPLEMENTATIONS, causal_mask
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.positional import rope_cos_sin
 
@@ -65,6 +66,35 @@ def test_initial_loss_is_close_to_log_vocab():
     logits = model(tokens)
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, 64), tokens[:, 1:].reshape(-1))
     assert abs(loss.item() - math.log(64)) < 0.1
+
+
+# ---- one causal rule: the model asks, the attention decides ----------------------------
+
+@pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
+def test_every_layer_is_asked_for_causal_attention_and_given_no_mask(implementation):
+    """Decoder.forward builds no mask and does not look at the implementation: every layer
+    gets causal=True and mask=None, for a prefill, a decoding step and a chunk."""
+    model = random_model(attn_implementation=implementation)
+    seen = []
+    for layer in model.layers:
+        layer.self_attn.register_forward_pre_hook(
+            lambda module, args, kwargs: seen.append((kwargs["causal"], kwargs["mask"])),
+            with_kwargs=True)
+    cache = model.new_cache(1)
+    for size in (5, 1, 3):
+        model(torch.randint(0, 64, (1, size)), cache)
+    assert seen == [(True, None)] * (3 * 2)
+
+
+def test_block_is_causal_unless_told_otherwise():
+    model = random_model(dtype=torch.float64)
+    block, T = model.layers[0], 6
+    x = torch.randn(2, T, 64, dtype=torch.float64)
+    rope = (model.rope_cos[:T], model.rope_sin[:T])  # (T, D/2) each
+    causal = block(x, rope)
+    explicit = block(x, rope, causal=False, mask=causal_mask(T))
+    assert (causal - explicit).abs().max().item() <= 1e-12
+    assert (block(x, rope, causal=False) - causal).abs().max().item() > 1e-3
 
 
 # ---- structure -------------------------------------------------------------------------

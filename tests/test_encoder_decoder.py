@@ -16,7 +16,7 @@ from conftest import randomize_
 
 
 def small_config(**kw) -> EncoderDecoderConfig:
-    args = dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=32)
+    args = dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_seq_len=32)
     args.update(kw)
     return EncoderDecoderConfig(12, 14, **args)
 
@@ -173,7 +173,7 @@ def test_config_defaults_are_the_base_model_and_layers_follow_it():
     assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
     assert model.encoder.layers[0].feed_forward.w_1.out_features == 48
     assert model.lm_head.weight.shape == (14, 32)  # the output layer: (V_tgt, C)
-    assert model.config is not None and model.max_len == 32
+    assert model.config is not None and model.max_seq_len == 32
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -182,8 +182,8 @@ def test_config_defaults_are_the_base_model_and_layers_follow_it():
     (dict(d_model=9, n_heads=3), r"d_model must be even .* got 9"),
     (dict(n_layers=0), r"n_layers must be positive, got 0"),
     (dict(dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
-    (dict(max_len=0), r"max_len must be positive, got 0"),
-], ids=["heads", "ok", "odd", "layers", "dropout", "max_len"])
+    (dict(max_seq_len=0), r"max_seq_len must be positive, got 0"),
+], ids=["heads", "ok", "odd", "layers", "dropout", "max_seq_len"])
 def test_bad_model_sizes_are_rejected(kw, message):
     if message is None:
         EncoderDecoderConfig(10, 10, **kw)
@@ -203,12 +203,12 @@ def test_bad_tokens_are_rejected():
         model(torch.tensor([[0, 12]]), torch.tensor([[0]]))
     with pytest.raises(ValueError, match="tgt must be an integer"):
         model(torch.tensor([[0, 1]]), torch.zeros(1, 2))
-    with pytest.raises(ValueError, match=r"src length \(33\) exceeds max_len \(32\)"):
+    with pytest.raises(ValueError, match=r"src length \(33\) exceeds max_seq_len \(32\)"):
         model(torch.zeros(1, 33, dtype=torch.long), torch.tensor([[0]]))
 
 
 def test_bad_schedule_and_smoothing_are_rejected():
-    with pytest.raises(ValueError, match=r"warmup \(0\)"):
+    with pytest.raises(ValueError, match="warmup must be positive, got 0"):
         noam_lambda(512, 0)
     with pytest.raises(ValueError, match="smoothing must be in"):
         LabelSmoothingLoss(1.5)

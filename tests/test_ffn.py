@@ -39,5 +39,7 @@ def test_swiglu_with_eight_thirds_width_matches_ffn_parameter_count():
 
 @pytest.mark.parametrize("cls", [FeedForward, SwiGLU])
 def test_bad_ffn_sizes_are_rejected(cls):
-    with pytest.raises(ValueError, match=r"d_model \(8\) and d_ff \(0\)"):
+    with pytest.raises(ValueError, match="d_ff must be positive, got 0"):
         cls(8, 0)
+    with pytest.raises(ValueError, match="d_model must be positive, got -1"):
+        cls(-1, 8)

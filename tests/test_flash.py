@@ -210,7 +210,65 @@ def test_bad_inputs_are_rejected():
         ((q.long(), k, v), {}, "q must be a floating-point tensor, got dtype torch.int64"),
         ((q, k, v.float()), {}, "one dtype, got torch.float64, torch.float64, torch.float32"),
         ((q[0, 0, 0], k, v), {}, r"q must have shape \(..., positions, dim\), got \(8,\)"),
+        ((q, k, v), {"mask": torch.ones(4, 6)}, "mask must be a boolean tensor"),
+        ((q, k, v), {"mask": torch.ones(3, 6, dtype=torch.bool)},
+         r"mask of shape \(3, 6\) does not broadcast to scores of shape \(2, 3, 4, 6\)"),
     ]
     for args, kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             flash_attention(*args, **kwargs)
+
+
+# ---- a padding mask, a scale and dropout: what the "tiled" entry needs ------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ["keys", "rows"], ids=["(B, 1, 1, S)", "(B, 1, T, S)"])
+def test_mask_is_read_tile_by_tile(causal, shape):
+    """A boolean mask, per key or per (query, key), combined with causal: equal to SDPA with
+    the same mask, whatever the tile size (fp64, 1e-12)."""
+    q, k, v = qkv((2, 3), 20, 50)
+    if shape == "keys":
+        mask = torch.ones(2, 1, 1, 50, dtype=torch.bool)
+        mask[0, ..., :13] = False  # sequence 0: the first 13 keys are padding
+    else:
+        mask = torch.rand(2, 1, 20, 50) > 0.4
+        mask[..., 0] = True  # every query keeps key 0
+    full = mask & bottom_right(20, 50) if causal else mask
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    for block in (1, 7, 64):
+        out = flash_attention(q, k, v, mask=mask, causal=causal, block_size=block)
+        assert (out - expected).abs().max().item() <= 1e-12
+
+
+def test_a_query_that_sees_no_key_gets_zeros_and_lse_minus_inf():
+    """Rows whose keys are all blocked, including one whose first visible key comes after
+    several blocked tiles (its running max must not be spoilt on the way)."""
+    q, k, v = qkv((2,), 6, 40, scale=20.0)  # large scores: a wrong shift would show
+    mask = torch.ones(6, 40, dtype=torch.bool)
+    mask[1] = False  # query 1 sees nothing
+    mask[3, :30] = False  # query 3 sees only keys 30 … 39, in the last tiles
+    out, lse = flash_attention(q, k, v, mask=mask, block_size=8, return_lse=True)
+    assert torch.equal(out[:, 1], torch.zeros_like(out[:, 1]))
+    assert torch.isinf(lse[:, 1]).all() and (lse[:, 1] < 0).all()
+    rows = [0, 2, 3, 4, 5]
+    expected = F.scaled_dot_product_attention(q[:, rows], k, v, attn_mask=mask[rows])
+    assert (out[:, rows] - expected).abs().max().item() <= 1e-10
+
+
+def test_custom_scale():
+    q, k, v = qkv((2, 3), 9, 30)
+    out = flash_attention(q, k, v, causal=True, scale=0.1, block_size=8)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right(9, 30), scale=0.1)
+    assert (out - expected).abs().max().item() <= 1e-12
+
+
+def test_dropout_drops_weights_not_the_normaliser():
+    """One tile (block_size >= S) draws the same dropout mask as the written-out reference
+    from the same seed, so the two agree: dropout(softmax(s)) @ v."""
+    q, k, v = qkv((2, 3), 10, 30)
+    torch.manual_seed(5)
+    out = flash_attention(q, k, v, dropout_p=0.3, block_size=64)
+    torch.manual_seed(5)
+    expected, _ = scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+    assert (out - expected).abs().max().item() <= 1e-12
+    assert (out - flash_attention(q, k, v)).abs().max().item() > 1e-2  # dropout did act

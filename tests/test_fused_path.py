@@ -1,5 +1,6 @@
-"""The fused attention path (``attn_implementation="sdpa"``, :func:`attention.sdpa_attention`)
-against the eager reference, with the same random weights.
+"""The other attention paths against the eager reference, with the same random weights: the
+fused one (``attn_implementation="sdpa"``, :func:`attention.sdpa_attention`) and the tiled
+one (``"tiled"``, :func:`attention.tiled_attention`).
 
 Tolerances: fp32 1e-5 and fp64 1e-12 on logits (only the order of the sums differs).
 """
@@ -10,7 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib import attention
-from transformer_lib.attention import MultiHeadAttention, causal_mask, sdpa_attention
+from transformer_lib.attention import (
+    ATTENTION_FUNCTIONS,
+    MultiHeadAttention,
+    causal_mask,
+    record_weights,
+    sdpa_attention,
+)
 from transformer_lib.decoder import Decoder, DecoderConfig
 
 from conftest import randomize_
@@ -18,12 +25,14 @@ from conftest import randomize_
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
-def twin_models(dtype=torch.float32, **overrides) -> tuple[Decoder, Decoder]:
-    """An eager and an sdpa decoder with the same random weights (norm weights included)."""
+def twin_models(dtype=torch.float32, implementation="sdpa", **overrides) -> tuple[Decoder, Decoder]:
+    """An eager decoder and one with ``implementation``, with the same random weights (norm
+    weights included)."""
     config = DecoderConfig(**{**dict(vocab_size=64, d_model=64, n_layers=2, n_heads=4,
                                      n_kv_heads=2, d_ff=96, max_seq_len=64), **overrides})
     eager = randomize_(Decoder(config), std=0.1).to(dtype).eval()
-    fused = Decoder(dataclasses.replace(config, attn_implementation="sdpa")).to(dtype).eval()
+    fused = Decoder(dataclasses.replace(config, attn_implementation=implementation))
+    fused = fused.to(dtype).eval()
     fused.load_state_dict(eager.state_dict())
     return eager, fused
 
@@ -44,11 +53,12 @@ IDS = ["MHA", "GQA", "MQA"]
 
 # ---- the decoder: same logits, same tokens ----------------------------------------------
 
+@pytest.mark.parametrize("implementation", ["sdpa", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_heads, n_kv_heads", HEADS, ids=IDS)
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_full_pass_gives_the_same_logits(n_heads, n_kv_heads, pairing, dtype):
-    eager, fused = twin_models(dtype, n_heads=n_heads, n_kv_heads=n_kv_heads,
+def test_full_pass_gives_the_same_logits(n_heads, n_kv_heads, pairing, dtype, implementation):
+    eager, fused = twin_models(dtype, implementation, n_heads=n_heads, n_kv_heads=n_kv_heads,
                                rope_pairing=pairing)
     tokens = torch.randint(0, 64, (3, 40))
     expected = eager(tokens)
@@ -56,12 +66,13 @@ def test_full_pass_gives_the_same_logits(n_heads, n_kv_heads, pairing, dtype):
     assert expected.abs().max().item() > 0.1  # logits of a size that would show an error
 
 
+@pytest.mark.parametrize("implementation", ["sdpa", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_heads, n_kv_heads", HEADS, ids=IDS)
-def test_cached_decoding_gives_the_same_logits(n_heads, n_kv_heads, dtype):
+def test_cached_decoding_gives_the_same_logits(n_heads, n_kv_heads, dtype, implementation):
     """Prefill, then one token at a time (T = 1: no mask), then chunks after a cached prefix
     (T > 1 and cache.pos > 0: the explicit bottom-right mask)."""
-    eager, fused = twin_models(dtype, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    eager, fused = twin_models(dtype, implementation, n_heads=n_heads, n_kv_heads=n_kv_heads)
     tokens = torch.randint(0, 64, (2, 40))
     full = eager(tokens)  # (B, 40, V): the reference, no cache
     sizes = [10] + [1] * 6 + [5, 2, 17]
@@ -76,11 +87,12 @@ def test_chunk_after_a_prefix_with_top_left_is_causal_would_differ(monkeypatch):
     tokens = torch.randint(0, 64, (2, 30))
     full = eager(tokens)
 
-    def top_left(q, k, v, mask=None, *, causal=False, dropout_p=0.0):
+    def top_left(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0,
+                 need_weights=False):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal and q.shape[-2] > 1,
-                                              enable_gqa=True)
+                                              enable_gqa=True), None
 
-    monkeypatch.setattr(attention, "sdpa_attention", top_left)
+    monkeypatch.setitem(ATTENTION_FUNCTIONS, "sdpa", top_left)
     wrong = chunked(fused, tokens, [12, 8, 10])
     assert (wrong[:, :12] - full[:, :12]).abs().max().item() <= 1e-12  # the square prefill
     assert (wrong[:, 12:] - full[:, 12:]).abs().max().item() > 1e-2  # the chunks
@@ -152,7 +164,8 @@ def test_sdpa_attention_equals_the_written_out_reference():
     q = torch.randn(2, 6, 7, 8, dtype=torch.float64)
     k = torch.randn(2, 3, 11, 8, dtype=torch.float64)
     v = torch.randn(2, 3, 11, 8, dtype=torch.float64)
-    out = sdpa_attention(q, k, v, causal=True)
+    out, weights = sdpa_attention(q, k, v, causal=True)
+    assert weights is None  # the kernel never forms them
     expected, _ = attention.scaled_dot_product_attention(
         q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1),
         mask=torch.ones(7, 11, dtype=torch.bool).tril(diagonal=4))
@@ -161,12 +174,15 @@ def test_sdpa_attention_equals_the_written_out_reference():
 
 # ---- what the fused path does not have, and bad input -------------------------------------
 
-def test_weights_are_kept_only_on_the_eager_path():
-    eager, fused = twin_models(n_layers=1)
+@pytest.mark.parametrize("implementation", ["sdpa", "tiled"])
+def test_weights_are_kept_only_on_the_eager_path(implementation):
+    eager, fused = twin_models(implementation=implementation, n_layers=1)
     tokens = torch.randint(0, 64, (2, 6))
-    eager(tokens), fused(tokens)
+    with record_weights(eager), record_weights(fused):
+        eager(tokens), fused(tokens)
     assert eager.layers[0].self_attn.last_weights.shape == (2, 4, 6, 6)
-    message = "not kept with attn_implementation='sdpa'.*use attn_implementation='eager'"
+    message = (f"not kept with attn_implementation='{implementation}'.*"
+               "use attn_implementation='eager'")
     with pytest.raises(RuntimeError, match=message):
         fused.layers[0].self_attn.last_weights
 
@@ -177,7 +193,7 @@ def test_default_is_eager():
 
 
 def test_unknown_implementation_is_rejected():
-    message = r"attn_implementation must be one of \('eager', 'sdpa'\), got 'flash'"
+    message = r"attn_implementation must be one of \('eager', 'sdpa', 'tiled'\), got 'flash'"
     with pytest.raises(ValueError, match=message):
         DecoderConfig(attn_implementation="flash")
     with pytest.raises(ValueError, match=message):

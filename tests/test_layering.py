@@ -1,7 +1,13 @@
 """The library's layers, read from its imports (never upward):
 
-core (attention, norms, positional, ffn, cache, validation, flash, variants) -> models (encoder_decoder,
-decoder, convert) -> teaching (tasks, plotting, widgets, checks).
+core (attention, recording, norms, positional, ffn, cache, validation, flash, sampling,
+variants)
+-> models (encoder_decoder, decoder, convert)
+-> teaching (tasks, stability, text, recall, measure, resources, plotting, widgets, checks).
+
+A core module imports no model or teaching module, a model no teaching module. ``checks`` (the
+exercise checkers, one per chapter) is a leaf: no other library module imports it. The sets
+below are the one list of layers; the docs are checked against them.
 """
 import ast
 from pathlib import Path
@@ -9,9 +15,12 @@ from pathlib import Path
 import pytest
 
 LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
-CORE = {"attention", "norms", "positional", "ffn", "cache", "validation", "flash", "variants"}
+CORE = {"attention", "recording", "norms", "positional", "ffn", "cache", "validation", "flash",
+        "sampling", "variants"}
 MODELS = {"encoder_decoder", "decoder", "convert"}
-TEACHING = {"tasks", "text", "measure", "recall", "plotting", "widgets", "checks"}
+TEACHING = {"tasks", "stability", "text", "recall", "measure", "resources", "plotting", "widgets",
+            "checks"}
+LEAVES = {"checks"}  # teaching modules no other library module may import
 
 
 def _module_of(path: Path) -> str:
@@ -31,6 +40,8 @@ def _imported(path: Path) -> set[str]:
                 names.add(_module_of(path))
                 continue
             modules = [node.module or ""]
+            if modules == ["transformer_lib"]:  # from transformer_lib import widgets
+                modules = [f"transformer_lib.{alias.name}" for alias in node.names]
         else:
             continue
         for module in modules:
@@ -47,7 +58,15 @@ def test_every_module_has_a_layer():
     modules = {_module_of(p) for p in FILES}
     unplaced = modules - (CORE | MODELS | TEACHING)
     assert not unplaced, f"put {sorted(unplaced)} in one of the three layers"
-    assert {"attention", "encoder_decoder", "decoder", "tasks", "checks"} <= modules
+    assert {"attention", "encoder_decoder", "decoder", "tasks", "checks", "plotting",
+            "widgets"} <= modules
+
+
+def test_the_layers_do_not_overlap_and_the_docstring_lists_them():
+    assert not (CORE & MODELS or CORE & TEACHING or MODELS & TEACHING)
+    words = set(__doc__.replace(",", " ").replace("(", " ").replace(")", " ").split())
+    missing = (CORE | MODELS | TEACHING) - words
+    assert not missing, f"the module docstring does not list {sorted(missing)}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
@@ -59,10 +78,19 @@ def test_imports_never_go_up_a_layer(path):
         assert not imported & TEACHING, f"model module {module} imports {imported}"
 
 
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
+def test_nothing_outside_checks_imports_checks(path):
+    module = _module_of(path)
+    leaves = _imported(path) & LEAVES - {module}
+    assert not leaves, f"{path.relative_to(LIB)} imports {sorted(leaves)}, which must stay leaves"
+
+
 def test_the_reader_catches_an_upward_import(tmp_path):
     fake = LIB / "attention.py"
-    source = "from transformer_lib.tasks import BOS\nimport transformer_lib.widgets as w\n"
+    source = ("from transformer_lib.tasks import BOS\nimport transformer_lib.widgets as w\n"
+              "from transformer_lib import checks\n")
     tree_file = tmp_path / "attention.py"
     tree_file.write_text(source, encoding="utf-8")
-    assert _imported(tree_file) == {"tasks", "widgets"}
+    assert _imported(tree_file) == {"tasks", "widgets", "checks"}
     assert _module_of(fake) == "attention"
+    assert _module_of(LIB / "plotting" / "style.py") == "plotting"

@@ -605,3 +605,50 @@ def test_memory_curves_leaves_a_measured_zero_out_of_its_curve():
     _, ax = plotting.memory_curves([1, 2, 4], {"a": [1e6, 0, 4e6]})
     y = ax.get_lines()[0].get_ydata()
     assert y[0] == 1.0 and np.isnan(y[1]) and y[2] == 4.0
+
+
+# the package: every name in its old place, one style, one palette -------------------------
+
+# The names chapters, handouts and tests import from transformer_lib.plotting.
+PUBLIC_NAMES = [
+    "ArrayLike", "WEIGHT_CMAP", "SIGNED_CMAP", "MAX_WIDTH", "TITLE_SIZE", "LABEL_SIZE",
+    "TICK_SIZE", "VALUE_SIZE", "TEXT_RAMP", "RUN_COLOURS", "CURVE_STYLES", "CURVE_COLOURS",
+    "MASK_VISIBLE", "MASK_BLOCKED", "attention_heatmap", "attention_text", "kv_cache_mask",
+    "positional_heatmap", "rope_rotation", "position_curves", "lr_schedule", "loss_curve",
+    "score_variance", "scaling_curve", "compare_runs", "grouped_bars", "memory_curves",
+]
+
+
+def test_the_package_exports_every_name_from_one_place():
+    from transformer_lib.plotting import attention, curves, positions, style
+
+    assert sorted(plotting.__all__) == sorted(PUBLIC_NAMES)
+    homes = {"attention_heatmap": attention, "kv_cache_mask": attention,
+             "rope_rotation": positions, "position_curves": positions,
+             "compare_runs": curves, "memory_curves": curves, "RUN_COLOURS": style}
+    for name, module in homes.items():
+        assert getattr(plotting, name) is getattr(module, name)
+    assert plotting.MAX_WIDTH == style.MAX_WIDTH == 7.5 and style.DPI == 100
+
+
+def test_no_matplotlib_tab_colours_in_the_library():
+    """Lines take the one palette (or the named grey); matplotlib's "tab:" cycle is not used."""
+    from pathlib import Path
+
+    lib = Path(plotting.__file__).resolve().parents[1]  # transformer_lib/
+    found = [f"{path.relative_to(lib)}:{n}" for path in sorted(lib.rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if '"tab:' in line or "'tab:" in line]
+    assert not found, f"tab: colours in {found}"
+
+
+def test_reference_lines_and_theory_bands_take_the_palette():
+    from transformer_lib.plotting.style import BLUE, GREY, VERMILLION
+
+    _, ax = plotting.score_variance([4, 16], [4.0, 16.0], [1.0, 1.0])
+    colours = [matplotlib.colors.to_hex(line.get_color()).upper() for line in ax.lines]
+    assert colours == [VERMILLION, BLUE, VERMILLION, BLUE]
+    _, ax = plotting.scaling_curve([1, 2], [1.0, 4.0])
+    assert [line.get_color() for line in ax.lines] == [GREY, BLUE]
+    _, ax = plotting.lr_schedule(lambda step: step + 1.0, 3)
+    assert ax.lines[1].get_color() == VERMILLION  # the peak

@@ -83,6 +83,17 @@ def test_bad_input_is_refused():
         recall(keys, values[:, :3], "linear")
     with pytest.raises(ValueError, match="passes"):
         recall(keys, values, "delta", passes=0)
+    with pytest.raises(ValueError, match=r"keys must be a \(B, N, D\) tensor .* shape \(4, 3\)"):
+        recall(keys[0], values, "linear")
+    with pytest.raises(ValueError, match=r"values must be a \(B, N, D\) tensor .* got list"):
+        recall(keys, [[0.0]], "softmax")
+
+
+def test_the_delta_memory_keeps_the_keys_dtype():
+    keys, values = recall_pairs(2, 5, 4, 3, dtype=torch.float32)
+    out = recall(keys, values, "delta")
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out[:, -1], values[:, -1], atol=1e-5, rtol=0)  # fp32 rounding
 
 
 @pytest.mark.parametrize("seed", range(5))

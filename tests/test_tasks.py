@@ -3,6 +3,7 @@ of a one-layer, one-head model lines up with the mirrored source position."""
 import pytest
 import torch
 
+from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import EncoderDecoder
 from transformer_lib.tasks import (
     BOS,
@@ -35,6 +36,7 @@ def test_batch_is_reversed_and_shifted():
     assert src.min() >= 1 and src.max() <= 10  # symbols only, never BOS
 
 
+@pytest.mark.train
 def test_default_training_reaches_99_percent_exact_match(default_model):
     model, history = default_model
     assert not model.training
@@ -44,11 +46,13 @@ def test_default_training_reaches_99_percent_exact_match(default_model):
     assert result["token_accuracy"] >= result["exact_match"]
 
 
+@pytest.mark.train
 def test_a_length_never_seen_in_training_fails(default_model):
     model, _ = default_model
     assert evaluate_reversal(model, 200, 12)["exact_match"] < 0.5
 
 
+@pytest.mark.train
 def test_one_layer_one_head_attends_to_the_mirrored_position(one_head_model):
     model, _ = one_head_model
     alignment = cross_attention_alignment(model, 200, 8)
@@ -56,6 +60,7 @@ def test_one_layer_one_head_attends_to_the_mirrored_position(one_head_model):
     assert alignment.item() >= 0.9
 
 
+@pytest.mark.train
 def test_alignment_has_one_entry_per_layer_and_head(default_model):
     model, _ = default_model
     alignment = cross_attention_alignment(model, 50, 8)
@@ -83,12 +88,25 @@ def test_bad_task_arguments_are_rejected():
         train_reversal(steps=0)
     with pytest.raises(ValueError, match=r"src_vocab_size=11, tgt_vocab_size=12"):
         train_reversal(reversal_config(tgt_vocab_size=12))
-    with pytest.raises(ValueError, match=r"seq_len \(64\) must be in \[1, max_len - 1 = 63\]"):
+    with pytest.raises(ValueError, match=r"seq_len \(64\) must be in \[1, max_seq_len - 1 = 63\]"):
         train_reversal(seq_len=64)
     with pytest.raises(ValueError, match=r"unknown EncoderDecoderConfig fields: \['heads'\]"):
         reversal_config(heads=3)
     with pytest.raises(ValueError, match=r"n_symbols must be positive, got 0"):
         reversal_config(n_symbols=0)
+
+
+def test_check_overrides_names_every_unknown_field_of_any_config():
+    from transformer_lib.decoder import DecoderConfig
+    from transformer_lib.encoder_decoder import EncoderDecoderConfig
+    from transformer_lib.tasks import check_overrides
+
+    check_overrides(EncoderDecoderConfig, {"n_layers": 1, "norm_first": True})  # all known
+    check_overrides(DecoderConfig, {})
+    with pytest.raises(ValueError, match=r"unknown DecoderConfig fields: \['heads', 'layers'\]"):
+        check_overrides(DecoderConfig, {"layers": 2, "heads": 4, "d_model": 8})
+    with pytest.raises(ValueError, match=r"unknown EncoderDecoderConfig fields: \['n_kv_heads'\]"):
+        check_overrides(EncoderDecoderConfig, {"n_kv_heads": 1})
 
 
 # ---- the global random state -------------------------------------------------------------
@@ -110,6 +128,7 @@ def test_training_is_the_same_whatever_the_global_state():
     assert all(torch.equal(p, q) for p, q in zip(model_a.parameters(), model_b.parameters()))
 
 
+@pytest.mark.train
 def test_evaluation_and_alignment_leave_the_global_random_state_alone(default_model):
     model, _ = default_model
     state = torch.get_rng_state()
@@ -162,14 +181,15 @@ def test_decode_with_cross_attention_rows_are_the_greedy_steps():
     assert torch.equal(out, model.greedy_decode(src, 5, BOS))
     memory = model.encode(src)
     for t in range(5):
-        logits = model.decode(out[:, :t + 1], memory)  # (B, t + 1, V)
+        with record_weights(model):
+            logits = model.decode(out[:, :t + 1], memory)  # (B, t + 1, V)
         assert torch.equal(logits[:, -1].argmax(-1), out[:, t + 1])
         for layer_idx, layer in enumerate(model.decoder.layers):
             step = layer.cross_attn.last_weights[:, :, -1]  # (B, H, S): this step's row
             torch.testing.assert_close(weights[layer_idx, :, :, t], step, atol=1e-6, rtol=0)
 
 
-# ---- schedules, gradient norms and the stability ablation (chapter 4) ---------------------
+# ---- schedules and gradient norms (chapter 4; the ablation is in test_stability.py) -------
 
 def test_no_warmup_schedule_is_the_noam_peak_from_step_one_then_the_same_decay():
     from transformer_lib.encoder_decoder import noam_lambda
@@ -217,76 +237,9 @@ def test_history_records_the_norm_of_each_applied_gradient():
     assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.train
 def test_pre_norm_reversal_model_trains_as_well():
     model, history = train_reversal(reversal_config(norm_first=True, final_norm=True),
                                     steps=200, batch_size=128)
     assert model.encoder.layers[0].norm_first and model.encoder.norm is not None
     assert evaluate_reversal(model, 500, 8)["exact_match"] >= 0.95
-
-
-def test_stability_ablation_runs_every_setting_and_keeps_the_histories():
-    from transformer_lib.tasks import stability_ablation
-
-    torch.manual_seed(7)
-    state = torch.get_rng_state()
-    lines = []
-    result = stability_ablation([1], [0, 1], steps=6, batch_size=8, every=4, eval_n=20,
-                                log=lines.append)
-    assert torch.equal(torch.get_rng_state(), state)
-    runs = result["runs"]
-    assert [(r["norm"], r["schedule"], r["seed"]) for r in runs] == [
-        (n, s, seed) for n in ("post", "pre") for s in ("noam", "no-warmup") for seed in (0, 1)]
-    assert len(lines) == 8 and "depth 1  pre-norm   no-warmup  seed 1:" in lines[-1]
-    assert result["settings"]["peak_lr"] == pytest.approx(0.4 * 32 ** -0.5 * 60 ** -0.5)
-    # Run 6 is pre-norm, no warmup, seed 0: the same as training it directly.
-    config = reversal_config(n_layers=1, norm_first=True, final_norm=True)
-    model, history = train_reversal(config, steps=6, batch_size=8, seed=0, schedule="no-warmup")
-    run = runs[6]
-    assert run["loss"] == pytest.approx([sum(history["loss"][:4]) / 4,
-                                         sum(history["loss"][4:]) / 2], rel=1e-3)
-    assert run["grad_norm"] == pytest.approx([max(history["grad_norm"][:4]),
-                                              max(history["grad_norm"][4:])], rel=1e-3)
-    assert run["final_loss"] == pytest.approx(sum(history["loss"][2:]) / 4, abs=1e-4)
-    assert run["exact_match"] == pytest.approx(evaluate_reversal(model, 20)["exact_match"])
-    assert run["finite"] and run["max_grad_norm"] == pytest.approx(max(history["grad_norm"]),
-                                                                   rel=1e-3)
-    with pytest.raises(ValueError, match=r"every \(9\) must be in \[1, steps = 6\]"):
-        stability_ablation([1], [0], steps=6, every=9)
-    with pytest.raises(ValueError, match="need at least one depth"):
-        stability_ablation([], [0])
-
-
-def test_the_shipped_ablation_loads_and_is_complete():
-    from transformer_lib.tasks import load_stability_ablation
-
-    result = load_stability_ablation()
-    settings, runs = result["settings"], result["runs"]
-    assert result["command"].startswith("python bench/stability_ablation.py")
-    assert result["seconds"] > 0
-    expected = {(d, n, s, seed) for d in settings["depths"] for n in ("post", "pre")
-                for s in ("noam", "no-warmup") for seed in settings["seeds"]}
-    assert {(r["depth"], r["norm"], r["schedule"], r["seed"]) for r in runs} == expected
-    assert len(runs) == len(expected) >= 4 * 3 * 5  # three depths, five seeds at least
-    points = -(-settings["steps"] // settings["every"])
-    assert all(len(r["loss"]) == len(r["grad_norm"]) == points for r in runs)
-
-
-def test_the_ablation_script_writes_what_the_loader_reads(tmp_path):
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "bench" / "stability_ablation.py"
-    shown = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                           text=True, check=True).stdout
-    assert "--depths" in shown and "--seeds" in shown
-    out = tmp_path / "small.json"
-    done = subprocess.run([sys.executable, str(script), "--depths", "1", "--seeds", "1",
-                           "--steps", "5", "--batch-size", "4", "--out", str(out)],
-                          capture_output=True, text=True, check=True).stdout
-    assert "4 runs in" in done and str(out) in done
-    result = json.loads(out.read_text())
-    assert result["command"] == ("python bench/stability_ablation.py --depths 1 --seeds 1 "
-                                 f"--steps 5 --batch-size 4 --out {out}")
-    assert len(result["runs"]) == 4 and result["settings"]["steps"] == 5

@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transformer_lib.text as text_module
+from transformer_lib import resources
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.text import (
     CharTokenizer,
@@ -170,6 +172,7 @@ def test_training_lowers_the_loss_reproducibly_and_leaves_the_global_rng_alone(t
     assert statistics.fmean(history["loss"][-10:]) < history["loss"][0] - 1.0
     assert history["val_loss"][-1] == pytest.approx(evaluate_loss(model, val, 32))
     assert history["lr"][4] == pytest.approx(1e-2) and history["lr"][-1] == pytest.approx(1e-3)
+    assert isinstance(history["seconds"], float) and history["seconds"] > 0
     _, again = train_text_model(config, train, steps=60, batch_size=16, seq_len=32, lr=1e-2,
                                 warmup=5, seed=3)
     assert again["loss"] == history["loss"]  # the same seed, the same run
@@ -225,6 +228,32 @@ def test_generate_text_starts_with_the_prompt(tokenizer):
         generate_text(model, tokenizer, "", 5)
 
 
+def test_generate_text_passes_top_p_on(tokenizer):
+    torch.manual_seed(0)
+    model = Decoder(tiny_config(tokenizer.vocab_size)).eval()
+    greedy = generate_text(model, tokenizer, "The ", 20)
+    # a nucleus of the argmax alone: sampling at any temperature is greedy decoding
+    assert generate_text(model, tokenizer, "The ", 20, temperature=2.0, top_p=1e-9) == greedy
+    assert generate_text(model, tokenizer, "The ", 20, temperature=2.0, top_p=1.0,
+                         seed=4) != greedy
+    with pytest.raises(ValueError, match="top_p must be in"):
+        generate_text(model, tokenizer, "The ", 5, temperature=1.0, top_p=2.0)
+
+
+def test_batches_and_models_go_to_the_device_asked_for(tokenizer, ids):
+    # "meta" tensors have shapes but no values: enough to see where things are made.
+    inputs, targets = next_token_batch(ids, 4, 8, torch.Generator().manual_seed(0),
+                                       device="meta")
+    assert inputs.device.type == targets.device.type == "meta" and inputs.shape == (4, 8)
+    on_cpu, _ = next_token_batch(ids, 4, 8, torch.Generator().manual_seed(0), device="cpu")
+    default, _ = next_token_batch(ids, 4, 8, torch.Generator().manual_seed(0))
+    assert torch.equal(on_cpu, default)  # the windows come from the generator alone
+    config = tiny_config(tokenizer.vocab_size)
+    model, history = train_text_model(config, ids[:2000], steps=2, batch_size=2, seq_len=8,
+                                      warmup=1, device="cpu")
+    assert model.embed_tokens.weight.device.type == "cpu" and len(history["loss"]) == 2
+
+
 # Checkpoints --------------------------------------------------------------------------------
 
 
@@ -249,11 +278,19 @@ def test_save_refuses_a_tokenizer_of_another_size(tmp_path):
         save_text_model(tmp_path / "m.pt", model, CharTokenizer("abc"))
 
 
-def test_load_refuses_another_file(tmp_path):
+def test_load_refuses_another_file(tmp_path, monkeypatch):
     path = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(2)}, path)
-    with pytest.raises(ValueError, match="not a text-model checkpoint"):
+    with pytest.raises(ValueError, match=f"^{path} is not a text-model checkpoint of format 1"):
         load_text_model(path)
+    # the bundled checkpoint is named by its file, not by the path argument (None)
+    monkeypatch.setattr(text_module, "data_file", lambda name: path)
+    with pytest.raises(ValueError, match="^the bundled checkpoint tiny_lm.pt is not a"):
+        load_text_model()
+
+
+def test_data_file_is_the_one_in_resources():
+    assert data_file is resources.data_file
 
 
 def test_bundled_checkpoint_loads_and_reproduces_its_saved_loss(tokenizer, ids):
@@ -294,6 +331,7 @@ def test_bundled_sweep_has_every_kv_setting_and_consistent_statistics():
 # The training script ------------------------------------------------------------------------
 
 
+@pytest.mark.train
 def test_training_script_writes_a_checkpoint_that_loads(tmp_path):
     """``bench/train_text_model.py`` runs as one command: two steps here instead of 1,200."""
     script = Path(__file__).resolve().parent.parent / "bench" / "train_text_model.py"

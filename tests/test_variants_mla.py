@@ -231,5 +231,8 @@ def test_bad_input_raises():
         mla.new_cache(1, max_seq_len=17)
     with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
         MLACache(0, 16, 32, 8)
-    with pytest.raises(ValueError, match="latents of width 32 and RoPE keys of width 8, got 16"):
+    message = r"c_kv must have shape \(B, T, d_c\) = \(1, T, 32\) for this cache, got \(1, 2, 16\)"
+    with pytest.raises(ValueError, match=message):
         MLACache(1, 16, 32, 8).update(torch.zeros(1, 2, 16), torch.zeros(1, 2, 8))
+    with pytest.raises(ValueError, match=r"k_rope must have shape .* = \(1, 2, 8\) .* \(1, 2, 6\)"):
+        MLACache(1, 16, 32, 8).update(torch.zeros(1, 2, 32), torch.zeros(1, 2, 6))

@@ -12,7 +12,9 @@ TOLS = [(torch.float32, 1e-5), (torch.float64, 1e-12)]
 
 
 def random_moe(n_experts=4, top_k=2, dtype=torch.float32, d_model=16, d_ff=24) -> MoEFeedForward:
-    return randomize_(MoEFeedForward(d_model, d_ff, n_experts, top_k), std=0.3).to(dtype)
+    """A layer with random weights that keeps its last routing (``keep_weights=True``)."""
+    moe = MoEFeedForward(d_model, d_ff, n_experts, top_k, keep_weights=True)
+    return randomize_(moe, std=0.3).to(dtype)
 
 
 def dense_reference(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
 import base64
 import io
+import math
 
 import ipywidgets as widgets
 import numpy as np
@@ -8,9 +9,11 @@ import torch
 from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
+from matplotlib.colors import to_rgb
 from PIL import Image
 
 from transformer_lib import widgets as W
+from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from transformer_lib.plotting import WEIGHT_CMAP
 from transformer_lib.positional import PAIRINGS
@@ -50,7 +53,8 @@ def _assert_linked(stack, links, controls):
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)  # untrained: the widget must not care
-    config = EncoderDecoderConfig(11, 11, d_model=32, n_heads=2, n_layers=2, d_ff=32, max_len=64)
+    config = EncoderDecoderConfig(11, 11, d_model=32, n_heads=2, n_layers=2, d_ff=32,
+                                  max_seq_len=64)
     return EncoderDecoder(config).eval()
 
 
@@ -65,7 +69,8 @@ def reference(model):
     src, _, _ = reversal_batch(N_EXAMPLES, SEQ_LEN, 11, torch.Generator().manual_seed(SEED))
     with torch.no_grad():
         out = model.greedy_decode(src, SEQ_LEN, BOS)  # (n, 1 + T)
-        model(src, out[:, :SEQ_LEN])
+        with record_weights(model):
+            model(src, out[:, :SEQ_LEN])
     weights = [layer.cross_attn.last_weights.clone() for layer in model.decoder.layers]  # L × (n, H, T, S)
     return src, out, weights
 
@@ -79,7 +84,7 @@ def rope():
 
 
 def test_attention_explorer_has_one_frame_per_combination(explorer):
-    frames = _images(explorer.stack)
+    frames = _images(explorer.pictures["attention"])
     assert len(frames) == N_EXAMPLES * 2 * 2 * (SEQ_LEN + 1)
     values = [bytes(f.value) for f in frames]  # Image.value is a memoryview
     assert all(v.startswith(PNG_MAGIC) for v in values)
@@ -97,7 +102,7 @@ def test_attention_explorer_control_ranges_match_model(explorer, model):
 def test_attention_explorer_every_stack_is_jslinked_to_its_control(explorer):
     c = explorer.controls
     controls = [(c["example"], "value"), (c["layer"], "value"), (c["head"], "value"), (c["step"], "index")]
-    _assert_linked(explorer.stack, explorer.links, controls)
+    _assert_linked(explorer.pictures["attention"], explorer.links, controls)
     assert len(explorer.links) == 1 + N_EXAMPLES * (1 + 2 * (1 + 2))
 
 
@@ -150,7 +155,7 @@ def test_attention_explorer_frame_at_indices_shows_that_combination(explorer, re
     src, out, weights = reference
     expected = weights[l][e, h].numpy()  # (T, S)
     frames = [bytes(leaf.value) for leaf in
-              explorer.stack.children[e].children[l].children[h].children]
+              explorer.pictures["attention"].children[e].children[l].children[h].children]
     assert len(frames) == SEQ_LEN + 1
     box = _heatmap_box(frames[0])
     shown_all, visible = _cells(frames[0], box, SEQ_LEN, SEQ_LEN)
@@ -173,7 +178,7 @@ def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model
     assert live["image"].layout.display is None
     assert live["image"].layout.max_width == f"{W._png_width(bytes(live['image'].value))}px"
     tokens = torch.tensor([[3, 10, 7]])
-    with torch.no_grad():
+    with torch.no_grad(), record_weights(model):
         out = model.greedy_decode(tokens, 3, BOS)  # (1, 4)
         model(tokens, out[:, :3])
     weights = model.decoder.layers[1].cross_attn.last_weights[0, 0].numpy()  # (T, S)
@@ -192,7 +197,7 @@ def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model
 def test_attention_explorer_rejects_bad_arguments(model):
     with pytest.raises(ValueError, match=r"n_examples \(0\)"):
         W.attention_explorer(model, n_examples=0)
-    with pytest.raises(ValueError, match=r"seq_len \(64\).*max_len \(64\)"):
+    with pytest.raises(ValueError, match=r"seq_len \(64\).*max_seq_len \(64\)"):
         W.attention_explorer(model, seq_len=64)
     with pytest.raises(ValueError, match=r"got Linear"):
         W.attention_explorer(torch.nn.Linear(2, 2))
@@ -204,12 +209,13 @@ def test_attention_explorer_state_embeds_for_the_static_book(explorer):
     data = embed_data(views=[explorer])
     state = data["manager_state"]["state"]
     assert data["view_specs"][0]["model_id"] == explorer.model_id
-    image = explorer.stack.children[1].children[0].children[1].children[2]
+    stack = explorer.pictures["attention"]
+    image = stack.children[1].children[0].children[1].children[2]
     buffers = state[image.model_id]["buffers"]
     assert buffers[0]["path"] == ["value"]
     assert base64.b64decode(buffers[0]["data"]) == image.value
     link = state[explorer.links[-1].model_id]["state"]  # the outermost Stack's link comes last
-    assert link["target"] == [f"IPY_MODEL_{explorer.stack.model_id}", "selected_index"]
+    assert link["target"] == [f"IPY_MODEL_{stack.model_id}", "selected_index"]
 
 
 # rope_explorer -----------------------------------------------------------------------------
@@ -248,7 +254,7 @@ def test_rope_explorer_frames_links_and_lookup(rope):
     c = rope.controls
     assert (c["m"].max, c["i"].max) == (3, 1)
     assert [label for label, _ in c["pairing"].options] == list(PAIRINGS)
-    pair, score = rope.stacks["pair"], rope.stacks["score"]
+    pair, score = rope.pictures["pair"], rope.pictures["score"]
     assert len(_images(pair)) == 2 * 4 * 2 and len(_images(score)) == 2 * 4
     pair_links, score_links = _links_of(pair, rope.links), _links_of(score, rope.links)
     assert len(pair_links) + len(score_links) == len(rope.links)
@@ -339,8 +345,8 @@ def test_explorer_controls_wrap_and_move_by_keyboard(explorer, rope, name):
 
 def test_rope_explorer_pictures_wrap_below_each_other(rope):
     pictures = next(w for w in _every_widget(rope) if isinstance(w, widgets.Box)
-                    and rope.stacks["pair"] in w.children)
-    assert list(pictures.children) == [rope.stacks["pair"], rope.stacks["score"]]
+                    and rope.pictures["pair"] in w.children)
+    assert list(pictures.children) == [rope.pictures["pair"], rope.pictures["score"]]
     assert pictures.layout.flex_flow == "row wrap"
     widths = [_png_size(bytes(_images(s)[0].value))[0] for s in pictures.children]
     assert sum(widths) <= W.FRAME_WIDTH * W.DPI  # side by side in the column
@@ -356,8 +362,8 @@ def test_explorers_page_weight(model, rope):
     frames = W._attention_frames(weights[1, 0, 0], src[0].tolist(), out[0].tolist(), 1, 0)
     chapter = 3 * 2 * 2 * sum(map(len, frames)) * 4 / 3
     assert chapter < 2.5e6, f"the chapter's explorer would add {chapter / 1e6:.1f} MB"
-    pair = np.mean([len(leaf.value) for leaf in _images(rope.stacks["pair"])])
-    score = np.mean([len(leaf.value) for leaf in _images(rope.stacks["score"])])
+    pair = np.mean([len(leaf.value) for leaf in _images(rope.pictures["pair"])])
+    score = np.mean([len(leaf.value) for leaf in _images(rope.pictures["score"])])
     appendix = (2 * 12 * 8 * pair + 2 * 12 * score) * 4 / 3
     assert appendix < 3.0e6, f"the appendix's RoPE explorer would add {appendix / 1e6:.1f} MB"
 
@@ -368,7 +374,7 @@ def test_explorers_page_weight(model, rope):
 @pytest.fixture
 def kernel_path(monkeypatch):
     """The explorers as a kernel whose ipywidgets has no Stack builds them."""
-    monkeypatch.setattr(W, "HAS_STACK", False)
+    monkeypatch.setattr(W.frames, "HAS_STACK", False)
 
 
 def test_kernel_path_uses_no_stack_and_no_link(kernel_path, model):
@@ -376,9 +382,9 @@ def test_kernel_path_uses_no_stack_and_no_link(kernel_path, model):
     models = _models(box)
     assert not any(isinstance(w, widgets.Stack) for w in models)
     assert not any(isinstance(w, Link) for w in models) and box.links == []
-    assert isinstance(box.stack, widgets.Image)
+    assert isinstance(box.pictures["attention"], widgets.Image)
     rope = W.rope_explorer(head_dim=4, n_positions=4, seed=1)
-    assert isinstance(rope.stacks["pair"], widgets.Image) and rope.links == []
+    assert isinstance(rope.pictures["pair"], widgets.Image) and rope.links == []
     assert not any(isinstance(w, widgets.Stack) for w in _models(rope))
 
 
@@ -386,17 +392,17 @@ def test_kernel_path_moves_the_picture_to_the_chosen_frame(kernel_path, model, e
     """Moving each control in the kernel shows the frame the static book's Stacks would show
     for the same control values."""
     box = W.attention_explorer(model, n_examples=N_EXAMPLES, seq_len=SEQ_LEN, seed=SEED)
-    c = box.controls
+    c, stacks = box.controls, explorer.pictures["attention"]
     for e, l, h, step in [(0, 0, 0, 0), (1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 3)]:
         c["example"].value, c["layer"].value, c["head"].value = e, l, h
         c["step"].index = step
-        static = explorer.stack.children[e].children[l].children[h].children[step]
-        assert bytes(box.stack.value) == bytes(static.value)
+        static = stacks.children[e].children[l].children[h].children[step]
+        assert bytes(box.pictures["attention"].value) == bytes(static.value)
 
 
 def test_kernel_path_rope_explorer_follows_each_control(kernel_path):
     rope = W.rope_explorer(head_dim=4, n_positions=4, seed=1)
-    pictures = rope.stacks
+    pictures = rope.pictures
     for name, value in [("m", 2), ("i", 1), ("pairing", 1)]:
         before = (bytes(pictures["pair"].value), bytes(pictures["score"].value))
         if name == "pairing":
@@ -417,3 +423,105 @@ def _models(box) -> list:
         found.append(w)
         todo.extend(getattr(w, "children", ()))
     return found + list(getattr(box, "links", []))
+
+
+# What an explorer is: a typed widget, built from a model it is given ------------------------
+
+
+def test_attention_explorer_needs_a_model_and_says_how_to_get_one(model):
+    """Nothing is trained behind the reader's back: without a model the call stops at once,
+    and the message names the function that trains one."""
+    with pytest.raises(TypeError, match=r"needs a trained reversal model.*train_reversal\(\)"):
+        W.attention_explorer()
+    with pytest.raises(TypeError, match=r"train_reversal"):
+        W.attention_explorer(None, n_examples=1)
+    with pytest.raises(ValueError, match=r"got str: train one first.*train_reversal"):
+        W.attention_explorer("model")
+
+
+@pytest.mark.parametrize("name", ["attention", "rope"])
+def test_explorers_are_typed_widgets_with_named_parts(explorer, rope, name):
+    """Both explorers are an Explorer (a VBox, displayed as itself) whose controls, pictures
+    and links are declared attributes, and whose pictures sit in its own tree of children."""
+    box = explorer if name == "attention" else rope
+    expected = {"attention": (W.AttentionExplorer, {"attention"}),
+                "rope": (W.RopeExplorer, {"pair", "score"})}[name]
+    assert isinstance(box, expected[0]) and isinstance(box, W.Explorer)
+    assert isinstance(box, widgets.VBox) and box._model_name == "VBoxModel"
+    assert set(box.pictures) == expected[1]
+    shown = _every_widget(box)
+    assert all(any(p is w for w in shown) for p in box.pictures.values())
+    assert all(any(c is w for w in shown) for c in box.controls.values())
+    assert not hasattr(box, "stack") and not hasattr(box, "stacks")
+
+
+def test_frames_take_the_sizes_of_the_house_style():
+    from transformer_lib.plotting import style
+
+    assert (W.FRAME_WIDTH, W.FONT, W.DPI) == (style.MAX_WIDTH, style.TITLE_SIZE, style.DPI)
+    assert W.frames.FRAME_WIDTH is style.MAX_WIDTH
+
+
+def _pixels_near(png: bytes, colour: str, within: float = 10.0) -> int:
+    """How many pixels of ``png`` lie within ``within`` (RGB units, 0-255) of ``colour``."""
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3).astype(float)
+    target = np.array(to_rgb(colour)) * 255
+    return int((np.linalg.norm(rgb - target, axis=1) < within).sum())
+
+
+def test_rope_frames_draw_q_and_k_in_the_palette(rope):
+    """q in the palette's blue and k in its vermillion, in both pictures; none of matplotlib's
+    "tab:" red (which the palette replaces)."""
+    from transformer_lib.plotting.style import BLUE, VERMILLION
+
+    pair = bytes(_images(rope.pictures["pair"])[1].value)
+    score = bytes(_images(rope.pictures["score"])[1].value)
+    for png in (pair, score):
+        assert _pixels_near(png, BLUE) > 20 and _pixels_near(png, VERMILLION) > 5
+        assert _pixels_near(png, "tab:red") == 0
+
+
+# The RoPE helpers the explorer draws with (transformer_lib.positional) ----------------------
+
+
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_pair_channels_and_rope_frequencies_are_what_apply_rope_turns(pairing):
+    """A unit vector on the first channel of pair i, rotated by apply_rope to position m,
+    lands on (cos mθ_i, sin mθ_i) in that pair's two channels and nowhere else, with
+    θ_i = theta^(-2i/D) written out here."""
+    from transformer_lib.positional import (
+        apply_rope,
+        pair_channels,
+        rope_cos_sin,
+        rope_frequencies,
+    )
+
+    D, theta, m = 8, 100.0, 3
+    frequencies = rope_frequencies(D, theta)
+    assert frequencies.shape == (D // 2,) and frequencies.dtype == torch.float64
+    written_out = [theta ** (-2 * i / D) for i in range(D // 2)]
+    np.testing.assert_allclose(frequencies.numpy(), written_out, rtol=1e-15)
+    cos, sin = rope_cos_sin(m + 1, D, theta, dtype=torch.float64)  # (m + 1, D/2) each
+    pairs = [pair_channels(i, D, pairing) for i in range(D // 2)]
+    assert sorted(c for pair in pairs for c in pair) == list(range(D))  # every channel once
+    for i, (a, b) in enumerate(pairs):
+        x = torch.zeros(m + 1, D, dtype=torch.float64)
+        x[:, a] = 1.0
+        turned = apply_rope(x, cos, sin, pairing)[m]  # (D,)
+        angle = m * float(frequencies[i])
+        expected = torch.zeros(D, dtype=torch.float64)
+        expected[a], expected[b] = math.cos(angle), math.sin(angle)
+        torch.testing.assert_close(turned, expected, atol=1e-12, rtol=0)  # fp64
+
+
+def test_rope_helpers_reject_bad_arguments():
+    from transformer_lib.positional import pair_channels, rope_frequencies
+
+    with pytest.raises(ValueError, match="got head_dim=5"):
+        rope_frequencies(5)
+    with pytest.raises(ValueError, match="theta must be > 1, got 1.0"):
+        rope_frequencies(8, 1.0)
+    with pytest.raises(ValueError, match=r"pair i \(4\) must be in \[0, head_dim/2 - 1\]"):
+        pair_channels(4, 8)
+    with pytest.raises(ValueError, match="pairing must be one of"):
+        pair_channels(0, 8, "adjacent")

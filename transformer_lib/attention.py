@@ -8,41 +8,59 @@ Mask convention: a boolean mask where **True means "may attend"**. Note that
 ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer`` use the opposite
 convention for boolean masks (True = "blocked"); pass ``~mask`` to them.
 
-Two implementations of the same attention: :func:`scaled_dot_product_attention`, written
-out (``"eager"``, the reference), and :func:`sdpa_attention`, PyTorch's fused kernel
-``torch.nn.functional.scaled_dot_product_attention`` (``"sdpa"``), which never returns the
-weights. "Causal" means the same in both: the T queries are the *last* T of the S positions.
+One attention, three ways to compute it, chosen by name from :data:`ATTENTION_FUNCTIONS`
+(as Hugging Face's ``ALL_ATTENTION_FUNCTIONS``). Every entry has the same signature::
+
+    fn(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, need_weights=False)
+        -> (out, weights or None)
+
+with q ``(B, H, T, D)``, k ``(B, H_kv, S, D)``, v ``(B, H_kv, S, Dv)`` and out
+``(B, H, T, Dv)``; grouped key/value heads are handled inside each entry:
+
+* ``"eager"``, :func:`eager_attention`: written out (:func:`scaled_dot_product_attention`),
+  the reference; the only entry that forms the weights ``(B, H, T, S)``, returned when
+  ``need_weights`` is True;
+* ``"sdpa"``, :func:`sdpa_attention`: PyTorch's fused kernel
+  ``torch.nn.functional.scaled_dot_product_attention``;
+* ``"tiled"``, :func:`tiled_attention`: :func:`transformer_lib.flash.flash_attention`, key
+  tiles with an online softmax.
+
+"Causal" means the same in all three: the T queries are the *last* T of the S positions
+(bottom-right, right after a cached prefix), combined with any other mask by AND.
+:func:`attention_mask` is the one place where that becomes a mask.
+
+A :class:`MultiHeadAttention` layer keeps its last weights only when asked
+(``keep_weights=True``, or a model run inside ``with record_weights(model):``), so that a
+model holds no ``(B, H, T, S)`` tensor between calls.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.torch_version import TorchVersion
 
 from transformer_lib.cache import KVCache
+from transformer_lib.flash import flash_attention
 from transformer_lib.positional import apply_rope
+from transformer_lib.recording import record_weights as record_weights  # chapters import it here
+from transformer_lib.validation import (
+    check_bool,
+    check_choice,
+    check_mask,
+    check_positive,
+    check_qkv,
+    compute_dtype,
+)
 
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # the reference, written out; PyTorch's fused kernel
-_SDPA_HAS_GQA = torch.__version__ >= "2.5"  # F.scaled_dot_product_attention(enable_gqa=...)
+# F.scaled_dot_product_attention(enable_gqa=...) exists from PyTorch 2.5 on.
+_SDPA_HAS_GQA = TorchVersion(torch.__version__) >= (2, 5)
 
 
-def _check_mask(mask: Tensor, T: int, S: int, batch_shape: torch.Size) -> None:
-    """Raise a ValueError unless ``mask`` is boolean and broadcasts to (..., T, S)."""
-    if mask.dtype != torch.bool:
-        raise ValueError(
-            f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}"
-        )
-    target = (*batch_shape, T, S)
-    try:
-        broadcast = torch.broadcast_shapes(tuple(mask.shape), target)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != target:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {target}"
-        )
-
+# ---- the written-out reference and the causal mask -----------------------------------------
 
 def scaled_dot_product_attention(
     q: Tensor,
@@ -50,37 +68,33 @@ def scaled_dot_product_attention(
     v: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q kᵀ / √D) v, written out with tensor operations.
 
     Args:
         q: queries ``(..., T, D)``.
-        k: keys ``(..., S, D)``.
+        k: keys ``(..., S, D)``; leading dims broadcast against ``q``'s.
         v: values ``(..., S, Dv)``; ``Dv`` may differ from ``D``.
         mask: optional boolean mask broadcastable to ``(..., T, S)``; True = may attend.
             Blocked scores are set to -inf *before* the softmax, so they get weight exactly 0.
             A query whose keys are all blocked gets all-zero weights (and a zero output)
             instead of NaN.
         dropout_p: dropout probability on the attention weights (use 0 in eval).
+        scale: the factor on the scores; None means ``D ** -0.5``.
 
     Returns:
         ``(out, weights)``: out ``(..., T, Dv)``, weights ``(..., T, S)``; every row of
-        ``weights`` that has at least one visible key sums to 1.
+        ``weights`` that has at least one visible key sums to 1. Half-precision scores go
+        through the softmax in fp32 (:func:`transformer_lib.validation.compute_dtype`).
     """
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension, got {q.shape[-1]} and {k.shape[-1]}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}"
-        )
-    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
-    scores = (q * D ** -0.5) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than scores
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        scores = scores.float()  # softmax in at least fp32 (fp64 stays fp64)
+    check_qkv(q, k, v)
+    T, S = q.shape[-2], k.shape[-2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than scores
+    scores = scores.to(compute_dtype(scores.dtype))  # softmax in at least fp32
     if mask is not None:
-        _check_mask(mask, T, S, scores.shape[:-2])
+        check_mask(mask, T, S, scores.shape[:-2])
         scores.masked_fill_(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     if mask is not None:
@@ -112,6 +126,30 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     return cols <= rows  # (T, S)
 
 
+def attention_mask(T: int, S: int, mask: Tensor | None = None, *, causal: bool = False,
+                   device: torch.device | str | None = None) -> Tensor | None:
+    """The mask attention applies: ``mask`` AND, with ``causal``, :func:`causal_mask` ``(T, S)``.
+
+    This is where every implementation turns ``causal`` into a mask. A single query
+    (T == 1, a decoding step) is the last position and sees every key, so no mask is built
+    for it.
+
+    Args:
+        T, S: numbers of queries and keys (``S >= T`` with ``causal``).
+        mask: optional boolean mask broadcastable to ``(..., T, S)``, e.g. key padding
+            ``(B, 1, 1, S)``; True = may attend.
+        causal: the T queries are the last T of the S positions and see no later key.
+        device: where to build the causal part.
+
+    Returns:
+        a boolean mask broadcastable to ``(..., T, S)``, or None when nothing is blocked.
+    """
+    if not causal or T == 1:
+        return mask
+    bottom_right = causal_mask(T, S, device=device)  # (T, S)
+    return bottom_right if mask is None else mask & bottom_right  # (..., T, S)
+
+
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     """Repeat each key/value head ``n_rep`` times, for grouped-query attention.
 
@@ -128,61 +166,122 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     return x.reshape(B, H_kv * n_rep, S, D)  # (B, H, S, D)
 
 
-def sdpa_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    *,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-) -> Tensor:
+def _heads_per_kv_head(q: Tensor, k: Tensor, v: Tensor) -> int:
+    """H / H_kv for q ``(B, H, T, D)`` and k, v ``(B, H_kv, S, ·)``; ValueError otherwise."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k and v must have 4 dimensions (B, H, T, D), (B, H_kv, S, D), got "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if v.shape[1] != H_kv:
+        raise ValueError(f"k and v must have the same number of heads, got {H_kv} and "
+                         f"{v.shape[1]}")
+    if H % H_kv != 0:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
+    return H // H_kv
+
+
+# ---- the three entries of ATTENTION_FUNCTIONS ----------------------------------------------
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                    causal: bool = False, scale: float | None = None, dropout_p: float = 0.0,
+                    need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """The reference: :func:`repeat_kv`, then :func:`scaled_dot_product_attention`.
+
+    Args:
+        q: queries ``(B, H, T, D)``.
+        k, v: keys ``(B, H_kv, S, D)`` and values ``(B, H_kv, S, Dv)``, ``H`` a multiple of
+            ``H_kv`` (query head h reads key/value head ``h // (H / H_kv)``).
+        mask: optional boolean mask broadcastable to ``(B, H, T, S)``; True = may attend.
+        causal: the T queries are the last T of the S positions (:func:`attention_mask`).
+        scale: the factor on the scores; None means ``D ** -0.5``.
+        dropout_p: dropout probability on the attention weights (use 0 in eval).
+        need_weights: return the weights ``(B, H, T, S)`` too.
+
+    Returns:
+        ``(out, weights)``: out ``(B, H, T, Dv)``; weights ``(B, H, T, S)`` if
+        ``need_weights``, else None.
+    """
+    n_rep = _heads_per_kv_head(q, k, v)
+    mask = attention_mask(q.shape[-2], k.shape[-2], mask, causal=causal, device=q.device)
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D), (B, H, S, Dv)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, scale)  # (B, H, T, Dv)
+    return out, (weights if need_weights else None)
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                   causal: bool = False, scale: float | None = None, dropout_p: float = 0.0,
+                   need_weights: bool = False) -> tuple[Tensor, None]:
     """The fused path: ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), with the
     causal mask aligned bottom-right as everywhere in this library.
 
     SDPA's own ``is_causal=True`` lets query i see keys j <= i: its triangle is aligned to the
     *top left*, which is right only when T == S. After a cached prefix (S > T) query i sits at
-    position S - T + i, so the mask must be :func:`causal_mask` ``(T, S)``. Hence three cases
-    for ``causal=True``:
+    position S - T + i, so the kernel gets the mask of :func:`attention_mask` instead. For a
+    square causal pass with no other mask the two coincide, and ``is_causal=True`` lets the
+    kernel skip the blocks above the diagonal. A query whose keys are all blocked gets a zero
+    output, as with the other entries (whatever this PyTorch's SDPA returns for it). The
+    kernel never forms the weights, so ``need_weights`` is accepted and None returned.
 
-    * T == 1: one query at the last position sees every key; no mask at all;
-    * T == S (no cached prefix) and no other mask: ``is_causal=True``, which lets the kernel
-      skip the blocks above the diagonal;
-    * otherwise (a chunk after a cached prefix): an explicit boolean mask.
-
-    Args:
-        q: queries ``(B, H, T, D)``.
-        k, v: keys and values ``(B, H_kv, S, D)``, ``H`` a multiple of ``H_kv`` (grouped-query
-            attention: query head h reads key/value head ``h // (H / H_kv)``, as in
-            :func:`repeat_kv`).
-        mask: optional boolean mask broadcastable to ``(B, H, T, S)``; True = may attend.
-        causal: the T queries are the last T of the S positions and see no later key.
-        dropout_p: dropout probability on the attention weights (use 0 in eval).
+    Args and shapes as :func:`eager_attention`.
 
     Returns:
-        ``(B, H, T, D)``.
+        ``(out, None)``, out ``(B, H, T, Dv)``.
     """
-    H, H_kv, T, S = q.shape[-3], k.shape[-3], q.shape[-2], k.shape[-2]
-    if H % H_kv != 0:
-        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
-    is_causal = False
-    if causal and T > 1:
-        if T == S and mask is None:
-            is_causal = True  # square: top-left and bottom-right alignment coincide
-        else:
-            bottom_right = causal_mask(T, S, device=q.device)  # (T, S)
-            mask = bottom_right if mask is None else mask & bottom_right
+    n_rep = _heads_per_kv_head(q, k, v)
+    check_qkv(q, k, v)
+    T, S = q.shape[-2], k.shape[-2]
     if mask is not None:
-        _check_mask(mask, T, S, q.shape[:-2])
-    n_rep = H // H_kv  # query heads per key/value head
+        check_mask(mask, T, S, q.shape[:-2])
+    if causal and mask is None and T == S > 1:
+        attn_mask, is_causal = None, True  # square: top-left and bottom-right coincide
+    else:
+        attn_mask = attention_mask(T, S, mask, causal=causal, device=q.device)  # (..., T, S)
+        is_causal = False
     gqa = {}
     if n_rep > 1 and _SDPA_HAS_GQA:
         gqa = {"enable_gqa": True}  # the kernel reads each key/value head n_rep times
     elif n_rep > 1:
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=is_causal, **gqa)  # (B, H, T, D)
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D), (B, H, S, Dv)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                         is_causal=is_causal, scale=scale, **gqa)  # (B, H, T, Dv)
+    if mask is not None:  # (causal alone never blocks a whole row: key 0 is always visible)
+        has_key = mask.any(dim=-1, keepdim=True)  # broadcastable to (B, H, T, 1)
+        if not bool(has_key.all()):
+            out = out.masked_fill(~has_key, 0.0)  # (B, H, T, Dv)
+    return out, None
 
+
+def tiled_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                    causal: bool = False, scale: float | None = None, dropout_p: float = 0.0,
+                    need_weights: bool = False) -> tuple[Tensor, None]:
+    """Key tiles with an online softmax: :func:`transformer_lib.flash.flash_attention`
+    (64 keys per tile), after :func:`repeat_kv`. It skips the key tiles a causal query
+    cannot see and never forms the weights, so ``need_weights`` is accepted and None
+    returned.
+
+    Args and shapes as :func:`eager_attention`.
+
+    Returns:
+        ``(out, None)``, out ``(B, H, T, Dv)``.
+    """
+    n_rep = _heads_per_kv_head(q, k, v)
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D), (B, H, S, Dv)
+    out = flash_attention(q, k, v, mask=mask, causal=causal, scale=scale,
+                          dropout_p=dropout_p)  # (B, H, T, Dv)
+    return out, None
+
+
+AttentionFunction = Callable[..., tuple[Tensor, "Tensor | None"]]
+
+ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {
+    "eager": eager_attention,  # the reference, written out; forms the weights
+    "sdpa": sdpa_attention,  # PyTorch's fused kernel
+    "tiled": tiled_attention,  # key tiles with an online softmax (flash.py)
+}
+ATTN_IMPLEMENTATIONS = tuple(ATTENTION_FUNCTIONS)  # ("eager", "sdpa", "tiled")
+
+
+# ---- the layer -----------------------------------------------------------------------------
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with one projection per role and a reshape into heads.
@@ -191,14 +290,18 @@ class MultiHeadAttention(nn.Module):
     gives multi-query attention (MQA); ``None`` means ordinary multi-head attention.
 
     ``forward(x)`` is self-attention; ``forward(x, context)`` is cross-attention (queries
-    from ``x``, keys and values from ``context``). The last attention weights
-    ``(B, H, T, S)`` are kept in ``self.last_weights`` for plotting. ``layer_idx`` is the
-    layer's place in its model: which slot of a :class:`~transformer_lib.cache.KVCache` it uses.
+    from ``x``, keys and values from ``context``). ``layer_idx`` is the layer's place in its
+    model: which slot of a :class:`~transformer_lib.cache.KVCache` it uses.
 
-    ``attn_implementation`` chooses how the weighted sum is computed: ``"eager"`` (default)
-    with :func:`scaled_dot_product_attention`, the reference; ``"sdpa"`` with
-    :func:`sdpa_attention`, PyTorch's fused kernel, which never forms the weights, so
-    ``last_weights`` is not available then.
+    ``attn_implementation`` names the entry of :data:`ATTENTION_FUNCTIONS` that computes the
+    weighted sum: ``"eager"`` (default, the reference), ``"sdpa"`` (PyTorch's fused kernel)
+    or ``"tiled"`` (online softmax over key tiles); all three compute the same function.
+
+    ``keep_weights=True`` keeps the attention weights ``(B, H, T, S)`` of the last forward
+    pass, detached, in :attr:`last_weights` (for plots); by default nothing is kept, so a
+    model holds no ``(B, H, T, S)`` tensor between calls. :func:`record_weights` turns it on
+    for every layer of a model for the length of a ``with`` block. Only ``"eager"`` forms
+    the weights.
     """
 
     def __init__(
@@ -210,14 +313,11 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         layer_idx: int = 0,
         attn_implementation: str = "eager",
+        keep_weights: bool = False,
     ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model < 1 or n_heads < 1 or n_kv_heads < 1:
-            raise ValueError(
-                f"d_model ({d_model}), n_heads ({n_heads}) and n_kv_heads ({n_kv_heads}) "
-                "must be positive"
-            )
+        check_positive(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         if n_heads % n_kv_heads != 0:
@@ -228,9 +328,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if layer_idx < 0:
             raise ValueError(f"layer_idx must be >= 0, got {layer_idx}")
-        if attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
-                             f"got {attn_implementation!r}")
+        check_choice("attn_implementation", attn_implementation, ATTN_IMPLEMENTATIONS)
+        check_bool("keep_weights", keep_weights)
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
@@ -239,6 +338,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.layer_idx = layer_idx
         self.attn_implementation = attn_implementation
+        self.keep_weights = keep_weights  # keep the last weights (B, H, T, S) for plots
         kv_dim = n_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
@@ -247,14 +347,27 @@ class MultiHeadAttention(nn.Module):
         self._last_weights: Tensor | None = None
 
     @property
-    def last_weights(self) -> Tensor | None:
-        """The attention weights ``(B, H, T, S)`` of the last forward pass (eager only)."""
+    def last_weights(self) -> Tensor:
+        """The attention weights ``(B, H, T, S)`` of the last forward pass, if it kept them.
+
+        Raises:
+            RuntimeError: nothing was kept; the message says how to ask for the weights.
+        """
+        if self._last_weights is not None:
+            return self._last_weights
         if self.attn_implementation != "eager":
             raise RuntimeError(
                 f"last_weights is not kept with attn_implementation={self.attn_implementation!r}: "
-                "the fused kernel never forms the weights; use attn_implementation='eager'"
+                "that path never forms the weights; use attn_implementation='eager' with "
+                "keep_weights=True"
             )
-        return self._last_weights
+        if self.keep_weights:
+            raise RuntimeError("no attention weights yet: run a forward pass first")
+        raise RuntimeError(
+            "no attention weights were kept: build the layer with "
+            "MultiHeadAttention(..., keep_weights=True), or run the model inside "
+            "`with record_weights(model): ...` (from transformer_lib.attention)"
+        )
 
     def forward(
         self,
@@ -309,16 +422,13 @@ class MultiHeadAttention(nn.Module):
             k = apply_rope(k, cos, sin, pairing=rope_pairing)
         if kv_cache is not None:
             k, v = kv_cache.update(self.layer_idx, k, v)  # (B, H_kv, S_cached + S, D)
-        p = self.dropout if self.training else 0.0
-        if self.attn_implementation == "sdpa":
-            out = sdpa_attention(q, k, v, mask, causal=causal, dropout_p=p)  # (B, H, T, D)
-        else:
-            if causal and T > 1:  # (a single query, the last position, sees every key)
-                bottom_right = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
-                mask = bottom_right if mask is None else mask & bottom_right
-            k = repeat_kv(k, self.n_rep)  # (B, H, S, D)
-            v = repeat_kv(v, self.n_rep)  # (B, H, S, D)
-            out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
-            self._last_weights = weights.detach()  # (B, H, T, S)
+        attend = ATTENTION_FUNCTIONS[self.attn_implementation]
+        out, weights = attend(q, k, v, mask, causal=causal,
+                              dropout_p=self.dropout if self.training else 0.0,
+                              need_weights=self.keep_weights)  # (B, H, T, D)
+        if weights is not None:
+            self._last_weights = weights.detach()  # (B, H, T, S), kept on request
+        elif self._last_weights is not None:
+            self._last_weights = None  # the old ones go too: nothing (B, H, T, S) outlives a call
         out = out.transpose(1, 2).reshape(B, T, C)  # (B, T, H*D) = (B, T, C)
         return self.o_proj(out)

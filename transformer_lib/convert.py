@@ -36,7 +36,8 @@ def decoder_from_hf_llama(hf_model, attn_implementation: str = "eager") -> Decod
     Hugging Face stores q/k weights for split-half RoPE, so the result uses
     ``rope_pairing="half"``. Tied embeddings stay tied. The parameter names are the same on
     both sides except for HF's ``model.`` prefix. ``attn_implementation`` is the decoder's
-    (``"eager"``, the readable reference, or ``"sdpa"``, the fused path), whatever HF's is.
+    (``"eager"``, the readable reference, ``"sdpa"``, the fused path, or ``"tiled"``), whatever
+    HF's is.
     """
     cfg = hf_model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -76,7 +77,8 @@ def decoder_from_hf_llama(hf_model, attn_implementation: str = "eager") -> Decod
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
     """nn.MultiheadAttention packs W_Q, W_K, W_V into one ``in_proj_weight`` (3C, C)."""
     if theirs.in_proj_weight is None or theirs.in_proj_bias is None:
-        raise ValueError("nn.MultiheadAttention with separate kdim/vdim or no bias is not supported")
+        raise ValueError(
+            "nn.MultiheadAttention with separate kdim/vdim or no bias is not supported")
     wq, wk, wv = theirs.in_proj_weight.chunk(3, dim=0)  # (C, C) each
     bq, bk, bv = theirs.in_proj_bias.chunk(3, dim=0)  # (C,) each
     for proj, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv)):
@@ -126,7 +128,7 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
     config = EncoderDecoderConfig(
         src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=n_heads,
         n_layers=len(enc_layers), n_decoder_layers=len(dec_layers),
-        d_ff=first.linear1.out_features, dropout=first.dropout.p, eps=first.norm1.eps,
+        d_ff=first.linear1.out_features, dropout=first.dropout.p, norm_eps=first.norm1.eps,
         final_norm=True, norm_first=first.norm_first,
     )
     model = EncoderDecoder(config)

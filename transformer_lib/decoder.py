@@ -5,8 +5,10 @@ Reads top to bottom: config -> block -> model -> generate. The KV cache is
 Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``o_proj``,
 ``gate_proj``/``up_proj``/``down_proj``, ``input_layernorm``, ``post_attention_layernorm``,
 ``norm``, ``lm_head``), so a Llama state dict maps onto it one to one.
-``DecoderConfig.attn_implementation`` picks how attention is computed: ``"eager"``, the
-reference written out, or ``"sdpa"``, PyTorch's fused kernel; both compute the same function.
+``DecoderConfig.attn_implementation`` picks how attention is computed, by name from
+:data:`transformer_lib.attention.ATTENTION_FUNCTIONS`: ``"eager"``, the reference written out,
+``"sdpa"``, PyTorch's fused kernel, or ``"tiled"``, key tiles with an online softmax; all three
+compute the same function. The model never builds a mask: every layer is told ``causal=True``.
 """
 from __future__ import annotations
 
@@ -16,19 +18,28 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.attention import ATTN_IMPLEMENTATIONS, MultiHeadAttention, causal_mask
-from transformer_lib.cache import KVCache
+from transformer_lib.attention import ATTN_IMPLEMENTATIONS, MultiHeadAttention
+from transformer_lib.cache import KVCache, cache_length
 from transformer_lib.ffn import SwiGLU
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import PAIRINGS, rope_cos_sin
-from transformer_lib.validation import check_positive, check_token_ids
+from transformer_lib.sampling import check_sampling, sample_next_token
+from transformer_lib.validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive,
+    check_token_ids,
+)
 
 __all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "KVCache"]
 
 
 @dataclass
 class DecoderConfig:
-    """The sizes and choices of a :class:`Decoder`; checked when created."""
+    """The sizes and choices of a :class:`Decoder`; every field is checked for type and range
+    when created."""
 
     vocab_size: int = 64  # V: number of token ids
     d_model: int = 64  # C: width of the residual stream
@@ -46,9 +57,14 @@ class DecoderConfig:
     attn_implementation: str = "eager"
 
     def __post_init__(self):
-        check_positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
-                       n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_ff=self.d_ff,
-                       max_seq_len=self.max_seq_len)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                     "max_seq_len"):
+            check_int(name, getattr(self, name))
+        check_float("rope_theta", self.rope_theta, low=1.0, low_open=True)  # as rope_cos_sin
+        check_float("norm_eps", self.norm_eps, low=0.0, low_open=True)
+        check_bool("tie_embeddings", self.tie_embeddings)
+        check_choice("rope_pairing", self.rope_pairing, PAIRINGS)
+        check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -62,11 +78,6 @@ class DecoderConfig:
                 f"RoPE needs an even head dim, got d_model // n_heads = "
                 f"{self.d_model} // {self.n_heads} = {self.head_dim}"
             )
-        if self.rope_pairing not in PAIRINGS:
-            raise ValueError(f"rope_pairing must be one of {PAIRINGS}, got {self.rope_pairing!r}")
-        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
-                             f"got {self.attn_implementation!r}")
 
     @property
     def head_dim(self) -> int:
@@ -86,10 +97,15 @@ class DecoderBlock(nn.Module):
         self.mlp = SwiGLU(config.d_model, config.d_ff)
         self.rope_pairing = config.rope_pairing
 
-    def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor],
-                cache: KVCache | None = None, *, causal: bool = False) -> Tensor:
-        """x ``(B, T, C)`` -> ``(B, T, C)``; ``mask``, ``cache`` and ``causal`` go to the
-        attention (:meth:`MultiHeadAttention.forward`), ``rope`` is ``(cos, sin)``, ``(T, D/2)``."""
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None,
+                *, causal: bool = True, mask: Tensor | None = None) -> Tensor:
+        """x ``(B, T, C)`` -> ``(B, T, C)``; ``rope`` is ``(cos, sin)``, ``(T, D/2)`` each.
+
+        ``cache``, ``causal`` (the T positions are the last of the keys and see no later
+        one) and an optional extra ``mask`` go to the attention
+        (:meth:`MultiHeadAttention.forward`); ``causal=False`` lets every position see
+        every other.
+        """
         h = self.input_layernorm(x)
         x = x + self.self_attn(h, mask=mask, rope=rope, rope_pairing=self.rope_pairing,
                                kv_cache=cache, causal=causal)
@@ -119,8 +135,9 @@ class Decoder(nn.Module):
         # (from fp64 angles) instead of up-casting rounded fp32 values.
         super()._apply(fn, recurse)
         c = self.config
-        self.rope_cos, self.rope_sin = rope_cos_sin(
-            c.max_seq_len, c.head_dim, c.rope_theta, device=self.rope_cos.device, dtype=self.rope_cos.dtype)
+        self.rope_cos, self.rope_sin = rope_cos_sin(c.max_seq_len, c.head_dim, c.rope_theta,
+                                                    device=self.rope_cos.device,
+                                                    dtype=self.rope_cos.dtype)
         return self
 
     @staticmethod
@@ -139,11 +156,11 @@ class Decoder(nn.Module):
                 f"sequence too long: {start} cached + {T} new positions "
                 f"> max_seq_len ({self.config.max_seq_len})"
             )
-        if cache is not None and start + T > cache.max_seq_len:
-            raise ValueError(
-                f"KV cache overflow: {start} cached + {T} new positions "
-                f"> the cache's max_seq_len ({cache.max_seq_len})"
-            )
+        if cache is not None:
+            cache.check_room(T)
+            if cache.batch_size != tokens.shape[0]:
+                raise ValueError(f"cache was made for batch size {cache.batch_size}, "
+                                 f"got tokens of batch size {tokens.shape[0]}")
 
     def new_cache(self, batch_size: int, max_seq_len: int | None = None) -> KVCache:
         """An empty KV cache for ``batch_size`` sequences, on this model's device and dtype.
@@ -156,16 +173,10 @@ class Decoder(nn.Module):
         Returns:
             a :class:`KVCache` with ``k``, ``v`` of shape ``(n_layers, B, H_kv, max_seq_len, D)``.
         """
-        c = self.config
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        max_seq_len = c.max_seq_len if max_seq_len is None else max_seq_len
-        if not 1 <= max_seq_len <= c.max_seq_len:
-            raise ValueError(
-                f"max_seq_len must be in [1, {c.max_seq_len}] (the config's), got {max_seq_len}"
-            )
-        w = self.embed_tokens.weight
-        return KVCache(c.n_layers, batch_size, c.n_kv_heads, max_seq_len, c.head_dim,
+        c, w = self.config, self.embed_tokens.weight
+        check_positive(batch_size=batch_size)
+        length = cache_length(max_seq_len, c.max_seq_len)
+        return KVCache(c.n_layers, batch_size, c.n_kv_heads, length, c.head_dim,
                        dtype=w.dtype, device=w.device)
 
     def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
@@ -179,21 +190,14 @@ class Decoder(nn.Module):
         Returns:
             ``(B, T, V)`` logits.
         """
-        start = 0 if cache is None else cache.pos
         self._check_tokens(tokens, cache)
-        B, T = tokens.shape
-        if cache is not None and cache.batch_size != B:
-            raise ValueError(f"cache was made for batch size {cache.batch_size}, got tokens of batch size {B}")
-        # Query i sits at absolute position start + i; keys run 0 … start + T - 1.
-        mask, causal = None, False  # T == 1: the one query sees every key
-        if self.config.attn_implementation == "sdpa":
-            causal = True  # the fused path picks its kernel's form of the mask (sdpa_attention)
-        elif T > 1:
-            mask = causal_mask(T, start + T, device=tokens.device)  # (T, S)
+        start, T = (0 if cache is None else cache.pos), tokens.shape[1]
+        # Query i sits at absolute position start + i; keys run 0 … start + T - 1. Each
+        # layer's attention is causal, aligned to the last key (no mask is built here).
         rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2) each
         x = self.embed_tokens(tokens)  # (B, T, C)
         for layer in self.layers:
-            x = layer(x, mask, rope, cache, causal=causal)
+            x = layer(x, rope, cache)
         if cache is not None:
             cache.advance(T)  # once per forward, after the layer loop
         return self.lm_head(self.norm(x))  # (B, T, V)
@@ -201,20 +205,28 @@ class Decoder(nn.Module):
     @torch.no_grad()
     def generate(self, tokens: Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> Tensor:
-        """Append ``max_new_tokens`` tokens to ``tokens`` ``(B, T)``; returns ``(B, T + max_new_tokens)``.
+                 generator: torch.Generator | None = None, top_p: float | None = None) -> Tensor:
+        """Append ``max_new_tokens`` tokens to ``tokens``.
 
-        ``temperature = 0`` is greedy decoding; otherwise sample from softmax(logits / temperature),
-        restricted to the ``top_k`` most likely tokens if given. With ``use_cache`` the prompt is
-        prefilled once and each step feeds one token; without it every step recomputes the prefix.
-        The cache holds only the ``T + max_new_tokens`` positions this call fills.
+        Each new token comes from :func:`~transformer_lib.sampling.sample_next_token`:
+        ``temperature = 0`` is greedy decoding; otherwise a draw from softmax(logits /
+        temperature), restricted to the ``top_k`` most likely tokens and then to the nucleus
+        of probability ``top_p`` if given. With ``use_cache`` the prompt is prefilled once and
+        each step feeds one token; without it every step recomputes the prefix. The cache
+        holds only the ``T + max_new_tokens`` positions this call fills.
+
+        Args:
+            tokens: ``(B, T)`` prompt ids.
+            max_new_tokens: tokens to append (0 returns ``tokens``).
+            temperature, top_k, top_p: the sampling rule, checked before any work.
+            use_cache: decode with a KV cache (same tokens, less work).
+            generator: the random stream of the draws, on the model's device.
+
+        Returns:
+            ``(B, T + max_new_tokens)`` ids: the prompt, then the new tokens.
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
-            raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
+        check_int("max_new_tokens", max_new_tokens, low=0)
+        check_sampling(temperature, top_k, top_p, self.config.vocab_size)
         self._check_tokens(tokens)
         total = tokens.shape[1] + max_new_tokens
         if total > self.config.max_seq_len:
@@ -228,22 +240,10 @@ class Decoder(nn.Module):
         cache = self.new_cache(tokens.shape[0], total) if use_cache else None
         logits = self(tokens, cache)  # prefill: (B, T, V)
         for step in range(max_new_tokens):
-            next_token = self._pick(logits[:, -1], temperature, top_k, generator)  # (B, 1)
+            next_token = sample_next_token(logits[:, -1], temperature=temperature, top_k=top_k,
+                                           top_p=top_p, generator=generator)  # (B, 1)
             tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + step + 1)
             if step == max_new_tokens - 1:
                 break
             logits = self(next_token, cache) if use_cache else self(tokens)
         return tokens
-
-    @staticmethod
-    def _pick(logits: Tensor, temperature: float, top_k: int | None,
-              generator: torch.Generator | None) -> Tensor:
-        """Choose the next token from last-position logits ``(B, V)``; returns ``(B, 1)``."""
-        if temperature == 0.0:
-            return logits.argmax(dim=-1, keepdim=True)
-        logits = logits.float() / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = torch.softmax(logits, dim=-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator)

@@ -11,6 +11,7 @@ Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,7 +24,13 @@ from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.ffn import FeedForward
 from transformer_lib.norms import LayerNorm
 from transformer_lib.positional import sinusoidal_encoding
-from transformer_lib.validation import check_positive, check_token_ids
+from transformer_lib.validation import (
+    accept_old_names,
+    check_bool,
+    check_float,
+    check_int,
+    check_token_ids,
+)
 
 
 def _sublayer(x: Tensor, norm: LayerNorm, dropout: nn.Dropout, sublayer: Callable[[Tensor], Tensor],
@@ -37,7 +44,8 @@ def _sublayer(x: Tensor, norm: LayerNorm, dropout: nn.Dropout, sublayer: Callabl
 class EncoderLayer(nn.Module):
     """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x)). Pre-norm: x = x + SelfAttn(LN(x)); ..."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 eps: float = 1e-5,
                  norm_first: bool = False):
         super().__init__()
         self.norm_first = norm_first
@@ -58,7 +66,8 @@ class DecoderLayer(nn.Module):
     """x = LN(x + CausalSelfAttn(x)); x = LN(x + CrossAttn(x, memory)); x = LN(x + FFN(x)).
     Pre-norm: x = x + CausalSelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); ..."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, eps: float = 1e-5,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 eps: float = 1e-5,
                  norm_first: bool = False):
         super().__init__()
         self.norm_first = norm_first
@@ -87,7 +96,8 @@ class EncoderStack(nn.Module):
                  eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
         super().__init__()
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first) for _ in range(n_layers)]
+            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first)
+             for _ in range(n_layers)]
         )
         self.norm = LayerNorm(d_model, eps) if final_norm else None
 
@@ -105,7 +115,8 @@ class DecoderStack(nn.Module):
                  eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
         super().__init__()
         self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first) for _ in range(n_layers)]
+            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first)
+             for _ in range(n_layers)]
         )
         self.norm = LayerNorm(d_model, eps) if final_norm else None
 
@@ -119,11 +130,14 @@ class DecoderStack(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
+@accept_old_names({"max_len": "max_seq_len", "eps": "norm_eps"})
 @dataclass
 class EncoderDecoderConfig:
-    """The sizes and choices of an :class:`EncoderDecoder`; checked when created.
+    """The sizes and choices of an :class:`EncoderDecoder`; every field is checked for type
+    and range when created.
 
-    Apart from the two vocabulary sizes, the defaults are the paper's base model.
+    Apart from the two vocabulary sizes, the defaults are the paper's base model. The old
+    field names ``max_len`` and ``eps`` still work, with a ``DeprecationWarning``.
     """
 
     src_vocab_size: int  # source token ids 0 … src_vocab_size - 1
@@ -134,27 +148,26 @@ class EncoderDecoderConfig:
     n_decoder_layers: int | None = None  # decoder layers; None: as many as n_layers
     d_ff: int = 2048  # hidden width of the ReLU feed-forward network
     dropout: float = 0.1  # on embeddings + positions, sublayer outputs and attention weights
-    max_len: int = 512  # longest source or target sequence (rows of the sinusoid table)
-    eps: float = 1e-5  # LayerNorm epsilon
+    max_seq_len: int = 512  # longest source or target sequence (rows of the sinusoid table)
+    norm_eps: float = 1e-5  # LayerNorm epsilon
     final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer adds
     norm_first: bool = False  # pre-norm sublayers x + f(LN(x)); False: the paper's post-norm
 
     def __post_init__(self):
         if self.n_decoder_layers is None:
             self.n_decoder_layers = self.n_layers
-        check_positive(src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
-                       d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
-                       n_decoder_layers=self.n_decoder_layers, d_ff=self.d_ff,
-                       max_len=self.max_len)
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_layers",
+                     "n_decoder_layers", "d_ff", "max_seq_len"):
+            check_int(name, getattr(self, name))
+        check_float("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float("norm_eps", self.norm_eps, low=0.0, low_open=True)
+        check_bool("final_norm", self.final_norm)
+        check_bool("norm_first", self.norm_first)
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
                              f"({self.n_heads})")
         if self.d_model % 2 != 0:
             raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.eps <= 0:
-            raise ValueError(f"eps must be positive, got {self.eps}")
 
 
 class EncoderDecoder(nn.Module):
@@ -174,31 +187,39 @@ class EncoderDecoder(nn.Module):
                              f"{type(config).__name__}")
         c = self.config = config
         self.src_vocab_size, self.tgt_vocab_size = c.src_vocab_size, c.tgt_vocab_size
-        self.d_model, self.n_heads, self.max_len = c.d_model, c.n_heads, c.max_len
+        self.d_model, self.n_heads, self.max_seq_len = c.d_model, c.n_heads, c.max_seq_len
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)
         self.tgt_embed = nn.Embedding(c.tgt_vocab_size, c.d_model)
-        self.register_buffer("pos_encoding", sinusoidal_encoding(c.max_len, c.d_model),
-                             persistent=False)  # (max_len, C)
+        self.register_buffer("pos_encoding", sinusoidal_encoding(c.max_seq_len, c.d_model),
+                             persistent=False)  # (max_seq_len, C)
         self.dropout = nn.Dropout(c.dropout)
-        self.encoder = EncoderStack(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.eps,
-                                    c.final_norm, c.norm_first)
+        self.encoder = EncoderStack(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
+                                    c.norm_eps, c.final_norm, c.norm_first)
         self.decoder = DecoderStack(c.n_decoder_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
-                                    c.eps, c.final_norm, c.norm_first)
+                                    c.norm_eps, c.final_norm, c.norm_first)
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size)
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
+    @property
+    def max_len(self) -> int:
+        """The old name of ``max_seq_len`` (warns: use ``max_seq_len``)."""
+        warnings.warn("EncoderDecoder.max_len is now called max_seq_len", DeprecationWarning,
+                      stacklevel=2)
+        return self.max_seq_len
+
     def _embed(self, tokens: Tensor, table: nn.Embedding, name: str) -> Tensor:
         check_token_ids(tokens, table.num_embeddings, name=name)
         T = tokens.shape[1]
-        if T > self.max_len:
-            raise ValueError(f"{name} length ({T}) exceeds max_len ({self.max_len})")
+        if T > self.max_seq_len:
+            raise ValueError(f"{name} length ({T}) exceeds max_seq_len ({self.max_seq_len})")
         x = table(tokens) * math.sqrt(self.d_model)  # (B, T, C)
         return self.dropout(x + self.pos_encoding[:T])  # (B, T, C)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """src ``(B, S)`` ids -> memory ``(B, S, C)``. ``src_mask`` e.g. from :func:`padding_mask`."""
+        """src ``(B, S)`` ids -> memory ``(B, S, C)``; ``src_mask`` e.g. from
+        :func:`padding_mask`."""
         return self.encoder(self._embed(src, self.src_embed, "src"), src_mask)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
@@ -213,7 +234,8 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: src ``(B, S)``, tgt ``(B, T)`` (shifted right) -> logits ``(B, T, V_tgt)``."""
+        """Teacher forcing: src ``(B, S)``, tgt ``(B, T)`` (shifted right) -> logits
+        ``(B, T, V_tgt)``."""
         return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
 
     @torch.no_grad()
@@ -226,9 +248,10 @@ class EncoderDecoder(nn.Module):
         """
         if not 0 <= bos_id < self.tgt_vocab_size:
             raise ValueError(f"bos_id must be in [0, {self.tgt_vocab_size - 1}], got {bos_id}")
-        if max_new_tokens < 0 or max_new_tokens + 1 > self.max_len:
+        if max_new_tokens < 0 or max_new_tokens + 1 > self.max_seq_len:
             raise ValueError(
-                f"max_new_tokens must be in [0, {self.max_len - 1}] (max_len={self.max_len}), "
+                f"max_new_tokens must be in [0, {self.max_seq_len - 1}] "
+                f"(max_seq_len={self.max_seq_len}), "
                 f"got {max_new_tokens}"
             )
         memory = self.encode(src, src_mask)  # (B, S, C)
@@ -254,8 +277,8 @@ def noam_lambda(d_model: int, warmup: int) -> Callable[[int], float]:
     LambdaLR *multiplies* the optimizer's base lr by this value: build the optimizer with
     ``lr=1.0`` (or a scale factor). With ``lr=0`` the learning rate stays 0 forever.
     """
-    if d_model < 1 or warmup < 1:
-        raise ValueError(f"d_model ({d_model}) and warmup ({warmup}) must be positive")
+    check_int("d_model", d_model)
+    check_int("warmup", warmup)
 
     def lr_lambda(step: int) -> float:
         step = max(step, 1)

@@ -5,10 +5,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lib.validation import check_positive
+
 
 def _check_sizes(d_model: int, d_ff: int) -> None:
-    if d_model < 1 or d_ff < 1:
-        raise ValueError(f"d_model ({d_model}) and d_ff ({d_ff}) must be positive")
+    check_positive(d_model=d_model, d_ff=d_ff)
 
 
 class FeedForward(nn.Module):

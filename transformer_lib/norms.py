@@ -5,15 +5,11 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    """fp16/bf16 are normalised in fp32; fp32 stays fp32 and fp64 stays fp64."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+from transformer_lib.validation import check_positive, compute_dtype
 
 
 def _check_sizes(d: int, eps: float) -> None:
-    if d < 1:
-        raise ValueError(f"d must be positive, got {d}")
+    check_positive(d=d)
     if eps <= 0:
         raise ValueError(f"eps must be positive, got {eps}")
 
@@ -34,7 +30,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x ``(..., C)`` -> ``(..., C)``."""
-        h = x.to(_compute_dtype(x))
+        h = x.to(compute_dtype(x.dtype))  # fp16/bf16 -> fp32; fp32 and fp64 stay
         mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (h - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         h = (h - mean) * torch.rsqrt(var + self.eps)
@@ -56,7 +52,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x ``(..., C)`` -> ``(..., C)``."""
-        h = x.to(_compute_dtype(x))
+        h = x.to(compute_dtype(x.dtype))  # fp16/bf16 -> fp32; fp32 and fp64 stay
         mean_square = h.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         h = h * torch.rsqrt(mean_square + self.eps)
         return (h * self.weight).to(x.dtype)

@@ -124,3 +124,41 @@ def interleaved_to_half(w: Tensor, n_heads: int) -> Tensor:
 def half_to_interleaved(w: Tensor, n_heads: int) -> Tensor:
     """Inverse of :func:`interleaved_to_half`."""
     return _permute_rows(w, n_heads, (1, 0))
+
+
+def rope_frequencies(head_dim: int, theta: float = 10000.0) -> Tensor:
+    """The rotation frequency of each channel pair, θ_i = theta^(-2i / head_dim), in
+    radians per position, for i = 0 … head_dim/2 - 1 (the first pairs turn fastest).
+
+    Args:
+        head_dim: channels per head D, even.
+        theta: the RoPE base, > 1.
+
+    Returns:
+        ``(head_dim // 2,)`` float64.
+    """
+    if head_dim < 2 or head_dim % 2 != 0:
+        raise ValueError(f"RoPE needs an even head_dim >= 2, got head_dim={head_dim}")
+    if theta <= 1.0:
+        raise ValueError(f"theta must be > 1, got {theta}")
+    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+
+
+def pair_channels(i: int, head_dim: int, pairing: str = "half") -> tuple[int, int]:
+    """The two channels that RoPE turns together as pair ``i``.
+
+    Args:
+        i: the pair, 0 … head_dim/2 - 1.
+        head_dim: channels per head D, even.
+        pairing: ``"half"`` or ``"interleaved"`` (see :data:`PAIRINGS`).
+
+    Returns:
+        ``(i, i + head_dim/2)`` in the "half" pairing, ``(2i, 2i + 1)`` in the "interleaved"
+        one.
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if head_dim < 2 or head_dim % 2 != 0 or not 0 <= i < head_dim // 2:
+        raise ValueError(f"pair i ({i}) must be in [0, head_dim/2 - 1] for an even "
+                         f"head_dim >= 2, got head_dim={head_dim}")
+    return (i, i + head_dim // 2) if pairing == "half" else (2 * i, 2 * i + 1)

@@ -77,6 +77,10 @@ def recall(keys: Tensor, values: Tensor, method: str, *, scale: float = 30.0,
         ``(B, N, Dv)``: what the memory returns for each stored key.
     """
     check_positive(passes=passes)
+    for name, t in (("keys", keys), ("values", values)):
+        if not isinstance(t, Tensor) or t.dim() != 3:
+            got = f"shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a (B, N, D) tensor (B trials of N pairs), got {got}")
     B, N, _ = keys.shape
     if values.shape[:2] != (B, N):
         raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must "
@@ -89,13 +93,15 @@ def recall(keys: Tensor, values: Tensor, method: str, *, scale: float = 30.0,
         _, state = linear_attention_recurrent(q, k, v)  # (B, 1, Dv, Dk)
         return _read(state, keys)
     if method == "delta":
-        beta = torch.ones(B, 1, N, dtype=keys.dtype)  # overwrite: S k_t = v_t after each write
+        beta = torch.ones(B, 1, N, dtype=keys.dtype, device=keys.device)  # (B, 1, N): S k_t = v_t
         state = None
         for _ in range(passes):
             _, state = delta_rule_recurrent(q, k, v, beta, state)  # (B, 1, Dv, Dk)
         return _read(state, keys)
     if method == "least_squares":
-        best = torch.linalg.lstsq(keys, values).solution  # (B, Dk, Dv): min ‖K X − V‖
+        # min ‖K X − V‖ (the smallest such X when several fit); pinv, unlike lstsq, solves
+        # N < Dk on every device
+        best = torch.linalg.pinv(keys) @ values  # (B, Dk, N) @ (B, N, Dv) -> (B, Dk, Dv)
         return keys @ best  # (B, N, Dv)
     raise ValueError(f"method must be 'softmax', 'linear', 'delta' or 'least_squares', "
                      f"got {method!r}")

@@ -1,5 +1,6 @@
-"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, the
-analysis of what its cross-attention learnt, and a training-stability ablation on it.
+"""The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, and
+the analysis of what its cross-attention learnt. Chapter 4's training-stability ablation on it
+is in :mod:`transformer_lib.stability` (its names are importable from here too).
 
 Vocabulary: token 0 is BOS (begin-of-sequence, the decoder's first input); tokens
 1 … V-1 are symbols. The source is a random symbol sequence, the target the same
@@ -12,17 +13,14 @@ random numbers afterwards seeds them itself.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import time
 from contextlib import contextmanager
-from importlib import resources
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import (
     EncoderDecoder,
     EncoderDecoderConfig,
@@ -31,6 +29,23 @@ from transformer_lib.encoder_decoder import (
 )
 
 BOS = 0
+
+
+def check_overrides(config_cls: type, overrides: Mapping[str, Any]) -> None:
+    """Raise a ValueError naming every key of ``overrides`` that is not a field of the config
+    dataclass ``config_cls``, e.g. "unknown EncoderDecoderConfig fields: ['heads']".
+
+    For functions like :func:`reversal_config` that build a config from defaults and let the
+    caller replace any field.
+
+    Args:
+        config_cls: a config dataclass, e.g. ``EncoderDecoderConfig`` or ``DecoderConfig``.
+        overrides: field name -> value, as passed by the caller.
+    """
+    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    unknown = set(overrides) - fields
+    if unknown:
+        raise ValueError(f"unknown {config_cls.__name__} fields: {sorted(unknown)}")
 
 
 @contextmanager
@@ -57,7 +72,8 @@ def reversal_batch(batch_size: int, seq_len: int, vocab_size: int,
     if batch_size < 1 or seq_len < 1:
         raise ValueError(f"batch_size ({batch_size}) and seq_len ({seq_len}) must be positive")
     if vocab_size < 2:
-        raise ValueError(f"vocab_size must be >= 2 (BOS plus at least one symbol), got {vocab_size}")
+        raise ValueError(f"vocab_size must be >= 2 (BOS plus at least one symbol), "
+                         f"got {vocab_size}")
     src = torch.randint(1, vocab_size, (batch_size, seq_len), generator=generator)  # (B, T)
     tgt_out = src.flip(1)  # (B, T)
     bos = torch.full((batch_size, 1), BOS, dtype=torch.long)  # (B, 1)
@@ -70,16 +86,14 @@ def reversal_config(n_symbols: int = 10, **overrides) -> EncoderDecoderConfig:
     ``d_ff`` 64, no dropout, over a vocabulary of BOS + ``n_symbols``. ``overrides`` replace
     any field, e.g. ``reversal_config(n_layers=1, n_heads=1)``.
 
-    ``max_len`` is 64: room for sequences much longer than the 8 tokens of training, so that
+    ``max_seq_len`` is 64: room for sequences much longer than the 8 tokens of training, so that
     evaluating on other lengths is possible (and fails, as chapter 2 shows).
     """
     if n_symbols < 1:
         raise ValueError(f"n_symbols must be positive, got {n_symbols}")
     fields = dict(src_vocab_size=n_symbols + 1, tgt_vocab_size=n_symbols + 1, d_model=32,
-                  n_heads=2, n_layers=2, d_ff=64, dropout=0.0, max_len=64)
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(EncoderDecoderConfig)}
-    if unknown:
-        raise ValueError(f"unknown EncoderDecoderConfig fields: {sorted(unknown)}")
+                  n_heads=2, n_layers=2, d_ff=64, dropout=0.0, max_seq_len=64)
+    check_overrides(EncoderDecoderConfig, overrides)
     fields.update(overrides)
     return EncoderDecoderConfig(**fields)
 
@@ -140,8 +154,9 @@ def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int =
         raise ValueError(f"steps must be positive, got {steps}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not 1 <= seq_len < config.max_len:
-        raise ValueError(f"seq_len ({seq_len}) must be in [1, max_len - 1 = {config.max_len - 1}]")
+    if not 1 <= seq_len < config.max_seq_len:
+        raise ValueError(f"seq_len ({seq_len}) must be in "
+                         f"[1, max_seq_len - 1 = {config.max_seq_len - 1}]")
     gen = torch.Generator().manual_seed(seed)  # the training batches
     history: dict[str, list] = {"step": [], "loss": [], "lr": [], "grad_norm": []}
     rate = noam_lambda if schedule == "noam" else no_warmup_lambda
@@ -172,8 +187,9 @@ def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int =
 def _check_lengths(model: EncoderDecoder, n: int, seq_len: int) -> None:
     if n < 1 or seq_len < 1:
         raise ValueError(f"n ({n}) and seq_len ({seq_len}) must be positive")
-    if seq_len + 1 > model.max_len:
-        raise ValueError(f"seq_len ({seq_len}) must be < the model's max_len ({model.max_len})")
+    if seq_len + 1 > model.max_seq_len:
+        raise ValueError(f"seq_len ({seq_len}) must be < the model's max_seq_len "
+                         f"({model.max_seq_len})")
 
 
 def _fresh_sources(model: EncoderDecoder, n: int, seq_len: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -200,7 +216,8 @@ def decode_with_cross_attention(model: EncoderDecoder, src: Tensor) -> tuple[Ten
         out = model.greedy_decode(src, S, BOS)  # (B, 1 + S)
         # Re-running the decoder on BOS + its own outputs gives, row by row, exactly the
         # attention of each greedy step (the causal mask hides later tokens).
-        model(src, out[:, :S])
+        with record_weights(model):
+            model(src, out[:, :S])
     weights = torch.stack([layer.cross_attn.last_weights for layer in model.decoder.layers])
     return out, weights  # (B, 1 + S), (L, B, H, S, S)
 
@@ -258,101 +275,17 @@ def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int 
     return mirror_alignment(weights)  # (L, H)
 
 
-# ---- A training-stability ablation: post-norm / pre-norm x warmup / no warmup --------------
+# ---- Chapter 4's stability ablation lives in transformer_lib.stability -------------------
 
-NORMS = ("post", "pre")  # post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
-ABLATION_FILE = "stability_ablation.json"  # the precomputed sweep, in transformer_lib/data/
-
-
-def _windows(values: list[float], every: int, reduce: Callable[[list[float]], float]
-             ) -> list[float]:
-    """``values`` cut into windows of ``every`` entries, each reduced to one number (4
-    significant digits: the JSON stays small)."""
-    return [float(f"{reduce(values[i:i + every]):.4g}") for i in range(0, len(values), every)]
+# Importable from here as well, as the chapters and earlier handouts do; read lazily, because
+# transformer_lib.stability builds on this module.
+_FROM_STABILITY = ("NORMS", "ABLATION_FILE", "stability_ablation", "load_stability_ablation")
 
 
-def _window_mean(window: list[float]) -> float:
-    return sum(window) / len(window)  # NaN or inf in a window stays NaN or inf
+def __getattr__(name: str):
+    """``tasks.stability_ablation`` and the other names of :mod:`transformer_lib.stability`."""
+    if name in _FROM_STABILITY:
+        from transformer_lib import stability
 
-
-def stability_ablation(depths=(2, 4, 6), seeds=range(5), *, steps: int = 300,
-                       batch_size: int = 64, warmup: int = 60, lr_scale: float = 0.4,
-                       every: int = 5, eval_n: int = 500,
-                       log: Callable[[str], None] | None = None) -> dict:
-    """Train the reversal model for every depth × norm placement × schedule × seed.
-
-    Each run is :func:`train_reversal` on :func:`reversal_config` with ``n_layers=depth``
-    (encoder and decoder), post-norm (the paper) or pre-norm (``norm_first=True`` with the
-    final LayerNorm a pre-norm stack needs), and the ``"noam"`` or ``"no-warmup"`` schedule:
-    the same peak learning rate, reached after ``warmup`` steps or used from step 1.
-
-    Args:
-        depths: layers per stack.
-        seeds: one run per seed and setting.
-        steps, batch_size, warmup, lr_scale: passed to :func:`train_reversal`.
-        every: the curves keep one point per ``every`` updates (the window's mean loss and
-            its largest gradient norm).
-        eval_n: fresh sequences greedy-decoded at the end (:func:`evaluate_reversal`).
-        log: called with one line per finished run (e.g. ``print``), or None.
-
-    Returns:
-        A JSON-ready dict: ``"settings"`` (the arguments and the model's sizes) and ``"runs"``,
-        one dict per run with ``depth``, ``norm`` (``"post"``/``"pre"``), ``schedule``,
-        ``seed``, ``final_loss`` (mean of the last ``every`` updates), ``exact_match``,
-        ``token_accuracy``, ``max_grad_norm``, ``finite`` (no NaN or inf loss), ``seconds``
-        (wall clock) and ``cpu_seconds`` (CPU time of this process, which other programs on a
-        busy machine do not inflate), and the curves ``loss`` and ``grad_norm`` (one point per window; point ``i`` covers
-        updates ``i·every`` … ``i·every + every − 1``).
-    """
-    depths, seeds = [int(d) for d in depths], [int(s) for s in seeds]
-    if not depths or not seeds or min(depths) < 1:
-        raise ValueError(f"need at least one depth (>= 1) and one seed, got depths={depths}, "
-                         f"seeds={seeds}")
-    if every < 1 or every > steps:
-        raise ValueError(f"every ({every}) must be in [1, steps = {steps}]")
-    base = reversal_config()
-    settings = dict(depths=depths, seeds=seeds, steps=steps, batch_size=batch_size,
-                    warmup=warmup, lr_scale=lr_scale, every=every, eval_n=eval_n,
-                    d_model=base.d_model, n_heads=base.n_heads, d_ff=base.d_ff,
-                    n_symbols=base.tgt_vocab_size - 1, seq_len=8, smoothing=0.1,
-                    peak_lr=lr_scale * noam_lambda(base.d_model, warmup)(warmup))
-    runs = []
-    for depth in depths:
-        for norm in NORMS:
-            pre = norm == "pre"
-            config = reversal_config(n_layers=depth, norm_first=pre, final_norm=pre)
-            for schedule in SCHEDULES:
-                for seed in seeds:
-                    start, cpu_start = time.perf_counter(), time.process_time()
-                    model, history = train_reversal(
-                        config, steps=steps, batch_size=batch_size, warmup=warmup,
-                        lr_scale=lr_scale, seed=seed, schedule=schedule)
-                    result = evaluate_reversal(model, eval_n)
-                    losses, norms = history["loss"], history["grad_norm"]
-                    run = dict(depth=depth, norm=norm, schedule=schedule, seed=seed,
-                               final_loss=round(_window_mean(losses[-every:]), 4),
-                               exact_match=round(result["exact_match"], 4),
-                               token_accuracy=round(result["token_accuracy"], 4),
-                               max_grad_norm=round(max(norms), 3),
-                               finite=all(math.isfinite(v) for v in losses),
-                               seconds=round(time.perf_counter() - start, 2),
-                               cpu_seconds=round(time.process_time() - cpu_start, 2),
-                               loss=_windows(losses, every, _window_mean),
-                               grad_norm=_windows(norms, every, max))
-                    runs.append(run)
-                    if log is not None:
-                        log(f"depth {depth}  {norm + '-norm':9s}  {schedule:9s}  seed {seed}:  "
-                            f"final loss {run['final_loss']:.3f}  exact match "
-                            f"{run['exact_match']:.2f}  max grad norm "
-                            f"{run['max_grad_norm']:.1f}  ({run['seconds']:.1f} s)")
-    return {"settings": settings, "runs": runs}
-
-
-def load_stability_ablation() -> dict:
-    """The precomputed :func:`stability_ablation` that ships with the library
-    (``transformer_lib/data/stability_ablation.json``, written by
-    ``bench/stability_ablation.py``): its ``"settings"`` and ``"runs"``, plus ``"command"``
-    (how to reproduce it), ``"seconds"`` and ``"cpu_seconds"`` (how long that took, wall
-    clock and CPU time) and ``"machine"``."""
-    path = resources.files("transformer_lib") / "data" / ABLATION_FILE
-    return json.loads(path.read_text(encoding="utf-8"))
+        return getattr(stability, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

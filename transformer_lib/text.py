@@ -12,11 +12,9 @@ come from local generators, and model initialisation runs inside
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
-from importlib import resources
 from typing import Any, Sequence
 
 import torch
@@ -24,6 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.resources import data_file, load_json
+from transformer_lib.tasks import check_overrides
 
 TEXT_FILE = "shakespeare.txt"  # the bundled text: three plays, about 330 KB of ASCII
 CHECKPOINT_FILE = "tiny_lm.pt"  # the model trained on it by bench/train_text_model.py
@@ -37,19 +37,7 @@ __all__ = [
 ]
 
 
-# The bundled files --------------------------------------------------------------------------
-
-
-def data_file(name: str):
-    """The bundled file ``transformer_lib/data/<name>`` (an importlib Traversable).
-
-    Raises ``ValueError`` naming the files there if ``name`` is not one of them."""
-    folder = resources.files("transformer_lib").joinpath("data")
-    path = folder.joinpath(name)
-    if not path.is_file():
-        found = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-        raise ValueError(f"no bundled data file {name!r}; transformer_lib/data has {found}")
-    return path
+# The bundled files (read by transformer_lib.resources; data_file is importable from here too)
 
 
 def load_text(name: str = TEXT_FILE) -> str:
@@ -145,17 +133,21 @@ def split_ids(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
 
 
 def next_token_batch(ids: Tensor, batch_size: int, seq_len: int,
-                     generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+                     generator: torch.Generator | None = None, *,
+                     device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
     """Random windows of ``ids`` for next-token prediction (teacher forcing).
 
     Args:
         ids: ``(N,)`` LongTensor, the whole text as token ids.
         batch_size, seq_len: ``B`` windows of ``T`` tokens.
-        generator: where the window starts come from (None: the global generator).
+        generator: where the window starts come from (None: the global generator). The
+            starts are drawn on the generator's device, so a CPU generator picks the same
+            windows whatever device the batch goes to.
+        device: where the batch goes (None: where ``ids`` are).
 
     Returns:
-        ``(inputs, targets)``, each ``(B, T)``: ``targets[b, t] == inputs[b, t + 1]``, the
-        token that follows ``inputs[b, t]`` in the text.
+        ``(inputs, targets)``, each ``(B, T)`` on ``device``: ``targets[b, t] ==
+        inputs[b, t + 1]``, the token that follows ``inputs[b, t]`` in the text.
     """
     _check_ids(ids)
     if batch_size < 1 or seq_len < 1:
@@ -163,9 +155,11 @@ def next_token_batch(ids: Tensor, batch_size: int, seq_len: int,
     if len(ids) < seq_len + 1:
         raise ValueError(f"windows of seq_len + 1 = {seq_len + 1} tokens need at least that "
                          f"many ids, got {len(ids)}")
-    starts = torch.randint(0, len(ids) - seq_len, (batch_size,), generator=generator)  # (B,)
-    offsets = torch.arange(seq_len + 1)  # (T + 1,)
-    windows = ids[starts[:, None] + offsets]  # (B, T + 1)
+    starts = torch.randint(0, len(ids) - seq_len, (batch_size,), generator=generator,
+                           device=None if generator is None else generator.device)  # (B,)
+    offsets = torch.arange(seq_len + 1, device=ids.device)  # (T + 1,)
+    windows = ids[starts.to(ids.device)[:, None] + offsets]  # (B, T + 1)
+    windows = windows.to(ids.device if device is None else device)
     return windows[:, :-1], windows[:, 1:]  # (B, T) each, shifted by one
 
 
@@ -179,9 +173,7 @@ def text_config(vocab_size: int, **overrides) -> DecoderConfig:
     :class:`~transformer_lib.decoder.DecoderConfig`."""
     fields = dict(vocab_size=vocab_size, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                   d_ff=172, max_seq_len=256, tie_embeddings=True)
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(DecoderConfig)}
-    if unknown:
-        raise ValueError(f"unknown DecoderConfig fields: {sorted(unknown)}")
+    check_overrides(DecoderConfig, overrides)
     fields.update(overrides)
     return DecoderConfig(**fields)
 
@@ -199,26 +191,31 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
                      batch_size: int = 32, seq_len: int = 64, lr: float = 3e-3,
                      warmup: int = 30, min_lr: float | None = None,
                      weight_decay: float = 0.0, grad_clip: float = 1.0, seed: int = 0,
-                     val_ids: Tensor | None = None, eval_every: int = 0
-                     ) -> tuple[Decoder, dict[str, list]]:
+                     val_ids: Tensor | None = None, eval_every: int = 0,
+                     device: torch.device | str | None = None
+                     ) -> tuple[Decoder, dict[str, Any]]:
     """Train a :class:`~transformer_lib.decoder.Decoder` to predict the next token of
     ``train_ids``.
 
     AdamW (β = 0.9, 0.99) with a linear warm-up to ``lr`` over ``warmup`` steps and a cosine
     decay to ``min_lr`` (default ``lr / 10``), gradients clipped to norm ``grad_clip``, fresh
     random windows every step (:func:`next_token_batch`), the cross-entropy of every position
-    (teacher forcing). Seeded by ``seed``; the global random state is left as it was.
+    (teacher forcing). Seeded by ``seed``; the global random state is left as it was. The
+    initial weights and the windows come from CPU generators, so they are the same on every
+    device.
 
     Args:
         config: the model; its ``vocab_size`` must exceed every id.
         train_ids: ``(N,)`` LongTensor, the training text as ids.
         val_ids: optional ``(M,)`` ids; with ``eval_every > 0`` the validation loss
             (:func:`evaluate_loss`) is recorded every ``eval_every`` steps and at the end.
+        device: where the model trains (None: the CPU).
 
     Returns:
-        ``(model, history)``: the model in eval mode, and ``{"step", "loss", "lr",
-        "val_step", "val_loss", "seconds"}``: one training loss and learning rate per step,
-        the validation losses with their steps, and the training time in seconds.
+        ``(model, history)``: the model in eval mode on ``device``, and ``{"step", "loss",
+        "lr", "val_step", "val_loss", "seconds"}``: one training loss and learning rate per
+        step (lists), the validation losses with their steps (lists), and the training time
+        in seconds (a float).
     """
     if not isinstance(config, DecoderConfig):
         raise ValueError(f"config must be a DecoderConfig, got {type(config).__name__}")
@@ -242,13 +239,15 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
     if eval_every < 0 or (eval_every and val_ids is None):
         raise ValueError(f"eval_every ({eval_every}) must be >= 0, and needs val_ids")
     min_lr = lr / 10 if min_lr is None else min_lr
-    gen = torch.Generator().manual_seed(seed)  # the training windows
-    history: dict[str, list] = {"step": [], "loss": [], "lr": [], "val_step": [],
-                                "val_loss": [], "seconds": []}
+    device = torch.device("cpu" if device is None else device)
+    gen = torch.Generator().manual_seed(seed)  # the training windows, drawn on the CPU
+    train_ids = train_ids.to(device)
+    history: dict[str, Any] = {"step": [], "loss": [], "lr": [], "val_step": [],
+                               "val_loss": []}
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):  # initialisation leaves no trace
         torch.manual_seed(seed)
-        model = Decoder(config)
+        model = Decoder(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99),
                                   weight_decay=weight_decay)
     model.train()
@@ -270,7 +269,7 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
             history["val_step"].append(step)
             history["val_loss"].append(evaluate_loss(model, val_ids, seq_len))
             model.train()
-    history["seconds"].append(time.perf_counter() - start)
+    history["seconds"] = time.perf_counter() - start
     return model.eval(), history
 
 
@@ -293,8 +292,9 @@ def evaluate_loss(model: Decoder, ids: Tensor, seq_len: int = 64, batch_size: in
                          f"got {len(ids)}")
     if max_windows is not None:
         n_windows = min(n_windows, max_windows)
-    starts = torch.arange(n_windows) * seq_len  # (W,)
-    windows = ids[starts[:, None] + torch.arange(seq_len + 1)]  # (W, T + 1)
+    starts = torch.arange(n_windows, device=ids.device) * seq_len  # (W,)
+    windows = ids[starts[:, None] + torch.arange(seq_len + 1, device=ids.device)]  # (W, T + 1)
+    windows = windows.to(model.embed_tokens.weight.device)  # where the model is
     model.eval()
     total, count = 0.0, 0
     for batch in windows.split(batch_size):
@@ -308,15 +308,19 @@ def evaluate_loss(model: Decoder, ids: Tensor, seq_len: int = 64, batch_size: in
 
 @torch.no_grad()
 def generate_text(model: Decoder, tokenizer: CharTokenizer, prompt: str, max_new_tokens: int,
-                  temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> str:
-    """``prompt`` followed by ``max_new_tokens`` characters from ``model`` (greedy when
-    ``temperature`` is 0, else sampled with a generator seeded by ``seed``)."""
+                  temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+                  top_p: float | None = None) -> str:
+    """``prompt`` followed by ``max_new_tokens`` characters from ``model``: greedy when
+    ``temperature`` is 0, else sampled (restricted by ``top_k`` and ``top_p`` if given, as in
+    :func:`~transformer_lib.sampling.sample_next_token`) with a generator seeded by ``seed``
+    on the model's device (the same seed draws different characters on a CPU and a GPU)."""
     if not prompt:
         raise ValueError("the prompt must hold at least one character")
-    tokens = tokenizer.encode(prompt)[None, :]  # (1, T)
-    gen = torch.Generator().manual_seed(seed)
+    device = model.embed_tokens.weight.device
+    tokens = tokenizer.encode(prompt)[None, :].to(device)  # (1, T)
+    gen = torch.Generator(device=device).manual_seed(seed)
     out = model.generate(tokens, max_new_tokens, temperature=temperature, top_k=top_k,
-                         generator=gen)  # (1, T + max_new_tokens)
+                         top_p=top_p, generator=gen)  # (1, T + max_new_tokens)
     return tokenizer.decode(out[0])
 
 
@@ -348,12 +352,16 @@ def load_text_model(path: str | os.PathLike | None = None
         :func:`evaluate_loss` gives with ``info["seq_len"]``).
     """
     if path is None:
+        source = f"the bundled checkpoint {CHECKPOINT_FILE}"
         with data_file(CHECKPOINT_FILE).open("rb") as f:
             saved = torch.load(f, map_location="cpu", weights_only=True)
     else:
+        source = os.fspath(path)
         saved = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"not a text-model checkpoint of format {CHECKPOINT_FORMAT}: {path}")
+        found = saved.get("format") if isinstance(saved, dict) else type(saved).__name__
+        raise ValueError(f"{source} is not a text-model checkpoint of format "
+                         f"{CHECKPOINT_FORMAT} (found {found!r})")
     config = DecoderConfig(**saved["config"])
     tokenizer = CharTokenizer(saved["chars"])
     with torch.random.fork_rng(devices=[]):  # the initial values are overwritten anyway
@@ -369,4 +377,4 @@ def load_kv_heads_sweep() -> dict[str, Any]:
     """The saved MHA / GQA / MQA comparison of ``bench/train_text_model.py --sweep``: the
     shared settings, and for each number of key/value heads the validation loss of every
     seed, their mean and standard deviation, and the parameters and KV-cache bytes."""
-    return json.loads(data_file(SWEEP_FILE).read_text(encoding="utf-8"))
+    return load_json(SWEEP_FILE)

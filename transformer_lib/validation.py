@@ -1,6 +1,12 @@
 """Input checks that both models share, so that bad input gets the same clear ValueError."""
 from __future__ import annotations
 
+import functools
+import math
+import numbers
+import warnings
+from typing import Any, Callable, Sequence
+
 import torch
 from torch import Tensor
 
@@ -25,3 +31,177 @@ def check_positive(**sizes: int) -> None:
     bad = [f"{name} must be positive, got {value}" for name, value in sizes.items() if value < 1]
     if bad:
         raise ValueError("; ".join(bad))
+
+
+# Attention inputs and numerics: one rule each, shared by every attention implementation.
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a softmax, a norm or a running sum is computed in: fp16 and bf16 go up to
+    fp32 (their few bits of mantissa and, for fp16, small range would lose the result);
+    fp32 and fp64 stay as they are. The result is cast back to the input dtype afterwards."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise a ValueError naming the values unless queries ``(..., T, D)``, keys
+    ``(..., S, D)`` and values ``(..., S, Dv)`` fit together: floating point, one dtype, at
+    least two dimensions, the same positive head dim D for q and k, the same S for k and v,
+    and T, S >= 1. Leading dimensions are left to the caller (they may broadcast)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., positions, dim), got {tuple(x.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] < 1:
+        raise ValueError(
+            f"q and k must have the same positive head dim, got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}"
+        )
+    if q.shape[-2] < 1 or k.shape[-2] < 1:
+        raise ValueError(f"attention needs T >= 1 queries and S >= 1 keys, "
+                         f"got T={q.shape[-2]}, S={k.shape[-2]}")
+
+
+def check_mask(mask: Tensor, T: int, S: int, batch_shape: Sequence[int]) -> None:
+    """Raise a ValueError unless ``mask`` is boolean (True = may attend) and broadcasts to
+    scores of shape ``(*batch_shape, T, S)``."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        kind = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a boolean tensor (True = may attend), got dtype {kind}")
+    target = (*batch_shape, T, S)
+    try:
+        broadcast = torch.broadcast_shapes(tuple(mask.shape), target)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != target:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {target}"
+        )
+
+
+# Config fields: one type-and-range check per kind of field, one wording for every config.
+
+
+def _int_range(low: int, high: int | None) -> str:
+    if high is not None:
+        return f"in [{low}, {high}]"
+    return "positive" if low == 1 else f">= {low}"
+
+
+def check_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
+    """Raise a ValueError unless ``value`` is an integer (a ``bool`` is not) in
+    ``[low, high]`` (``high=None``: no upper bound); the message names ``name`` and the value.
+
+    ``check_int("n_heads", 2.5)``: "n_heads must be a positive integer, got 2.5 (float)";
+    ``check_int("n_heads", 0)``: "n_heads must be positive, got 0".
+    """
+    where = _int_range(low, high)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = "a positive integer" if where == "positive" else f"an integer {where}"
+        raise ValueError(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be {where}, got {value}")
+
+
+def _float_range(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low == 0 and low_open and high is None:
+        return "positive"
+    if high is None:
+        return f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if low is None:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def check_float(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """Raise a ValueError unless ``value`` is a finite real number (an ``int`` is one, a
+    ``bool`` is not) between ``low`` and ``high`` (``None``: unbounded; ``*_open``: the bound
+    itself is excluded); the message names ``name`` and the value.
+
+    ``check_float("rope_theta", "none", low=0, low_open=True)``: "rope_theta must be a
+    positive number, got 'none' (str)"; ``check_float("dropout", 1.0, low=0, high=1,
+    high_open=True)``: "dropout must be in [0, 1), got 1.0". NaN and ±inf are rejected.
+    """
+    where = _float_range(low, high, low_open, high_open)
+    kind = "a positive number" if where == "positive" else f"a number {where}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be {kind.replace('a ', 'a finite ', 1)}, got {value}")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        raise ValueError(f"{name} must be {where}, got {value}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """Raise a ValueError unless ``value`` is ``True`` or ``False`` (not 0, 1 or "yes")."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    """Raise a ValueError unless ``value`` is one of ``choices``:
+    "rope_pairing must be one of ('half', 'interleaved'), got 'adjacent'"."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def accept_old_names(renamed: dict[str, str], *,
+                     deprecated: bool = True) -> Callable[[type], type]:
+    """Class decorator for a config dataclass whose fields were renamed: each old name in
+    ``renamed`` (old name -> field name) is still accepted as a constructor keyword and
+    readable and settable as an attribute. With ``deprecated`` every use warns
+    (``DeprecationWarning``) naming the field to use instead; without it the old name is a
+    plain alias (e.g. a Hugging Face name kept on purpose). Fields, ``dataclasses.asdict``,
+    ``repr`` and saved configs carry only the field names.
+
+    Apply it above ``@dataclass``::
+
+        @accept_old_names({"eps": "norm_eps"})
+        @dataclass
+        class Config: ...
+    """
+
+    def decorate(cls: type) -> type:
+        init = cls.__init__
+
+        def use(old: str) -> None:
+            if deprecated:
+                warnings.warn(f"{cls.__name__}.{old} is now called {renamed[old]}; the old "
+                              f"name will be removed", DeprecationWarning, stacklevel=3)
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            for old, new in renamed.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise ValueError(f"give {new} or its old name {old}, not both")
+                    use(old)
+                    kwargs[new] = kwargs.pop(old)
+            init(self, *args, **kwargs)
+
+        def alias(old: str, new: str) -> property:
+            def get(self):
+                use(old)
+                return getattr(self, new)
+
+            def set_(self, value):
+                use(old)
+                setattr(self, new, value)
+
+            return property(get, set_, doc=f"The old name of :attr:`{new}`.")
+
+        cls.__init__ = __init__
+        for old, new in renamed.items():
+            setattr(cls, old, alias(old, new))
+        return cls
+
+    return decorate

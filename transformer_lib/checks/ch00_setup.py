@@ -22,8 +22,9 @@ from transformer_lib.checks._harness import (
 
 def check_mha_shapes(mha_shapes: Callable[..., tuple]) -> CheckResult:
     """Check ``mha_shapes(B, T, S, C, H, H_kv) -> (out, last_weights, k_proj.weight)`` shapes
-    against a :class:`transformer_lib.attention.MultiHeadAttention` run on ``x (B, T, C)``
-    attending to a memory ``(B, S, C)``: multi-head, grouped-query and multi-query layers."""
+    against a :class:`transformer_lib.attention.MultiHeadAttention` built with
+    ``keep_weights=True`` and run on ``x (B, T, C)`` attending to a memory ``(B, S, C)``:
+    multi-head, grouped-query and multi-query layers."""
 
     def case(B: int, T: int, S: int, C: int, H: int, H_kv: int) -> Callable[[], None]:
         def run() -> None:
@@ -32,7 +33,7 @@ def check_mha_shapes(mha_shapes: Callable[..., tuple]) -> CheckResult:
                                  "k_proj.weight")
             with torch.random.fork_rng(devices=[]):  # the layer's init leaves no trace
                 torch.manual_seed(SEED)
-                mha = MultiHeadAttention(C, H, H_kv)
+                mha = MultiHeadAttention(C, H, H_kv, keep_weights=True)
                 with torch.no_grad():
                     out = mha(torch.randn(B, T, C), torch.randn(B, S, C))
             D = C // H

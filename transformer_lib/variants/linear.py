@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.validation import check_positive
+from transformer_lib.validation import check_positive, compute_dtype
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, *, beta: Tensor | None = None,
@@ -79,15 +79,10 @@ def _check_chunk_size(chunk_size: int) -> None:
     check_positive(chunk_size=chunk_size)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp16 and bf16 are computed in fp32; fp32 and fp64 in themselves."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def _start(q: Tensor, k: Tensor, v: Tensor, state: Tensor | None,
            normalize: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Cast to the compute dtype, L2-normalise q and k if asked, and make the initial state."""
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)  # fp16/bf16 -> fp32; fp32 and fp64 stay
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if normalize:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # unit vectors per head and token
@@ -116,7 +111,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         ``(B, H, T, Dv)``.
     """
     _check_inputs(q, k, v)
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)  # fp16/bf16 -> fp32; fp32 and fp64 stay
     scores = q.to(dtype) @ k.to(dtype).transpose(-2, -1)  # (B, H, T, T)
     out = scores.tril() @ v.to(dtype)  # (B, H, T, Dv); key s counts for query t iff s <= t
     return out.to(q.dtype)

@@ -27,27 +27,37 @@ state dict of a Hugging Face ``DeepseekV3Attention`` loads one to one. Shape let
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.attention import attention_mask, scaled_dot_product_attention
+from transformer_lib.cache import PositionCache, cache_length
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import PAIRINGS, apply_rope, rope_cos_sin
-from transformer_lib.validation import check_positive
+from transformer_lib.validation import (
+    accept_old_names,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive,
+)
 
 __all__ = ["MLAConfig", "MLACache", "MultiHeadLatentAttention"]
 
 
+@accept_old_names({"rms_norm_eps": "norm_eps"}, deprecated=False)
 @dataclass
 class MLAConfig:
-    """The sizes of a :class:`MultiHeadLatentAttention` layer; checked when created.
+    """The sizes of a :class:`MultiHeadLatentAttention` layer; every field is checked for type
+    and range when created.
 
     DeepSeek-V3 uses d_model=7168, n_heads=128, kv_lora_rank=512, qk_nope_head_dim=128,
-    qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536.
+    qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536. ``rms_norm_eps``, the name in
+    DeepSeek's and Hugging Face's configs, is accepted for ``norm_eps`` (keyword and
+    attribute).
     """
 
     d_model: int = 64  # C: width of the residual stream
@@ -60,25 +70,21 @@ class MLAConfig:
     max_seq_len: int = 128  # longest sequence (prompt + generated); default cache length
     rope_theta: float = 10000.0  # RoPE base θ
     rope_pairing: str = "interleaved"  # DeepSeek's checkpoints: "interleaved"; or "half"
-    rms_norm_eps: float = 1e-6  # epsilon of the two RMSNorms on the latents
+    norm_eps: float = 1e-6  # epsilon of the two RMSNorms on the latents (HF: rms_norm_eps)
 
     def __post_init__(self):
-        check_positive(d_model=self.d_model, n_heads=self.n_heads,
-                       kv_lora_rank=self.kv_lora_rank, qk_nope_head_dim=self.qk_nope_head_dim,
-                       qk_rope_head_dim=self.qk_rope_head_dim, v_head_dim=self.v_head_dim,
-                       max_seq_len=self.max_seq_len)
+        for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "v_head_dim", "max_seq_len"):
+            check_int(name, getattr(self, name))
         if self.q_lora_rank is not None:
-            check_positive(q_lora_rank=self.q_lora_rank)
+            check_int("q_lora_rank", self.q_lora_rank)
         if self.qk_rope_head_dim % 2 != 0:
             raise ValueError(
                 f"RoPE needs an even qk_rope_head_dim, got {self.qk_rope_head_dim}"
             )
-        if self.rope_theta <= 1.0:
-            raise ValueError(f"rope_theta must be > 1, got {self.rope_theta}")
-        if self.rope_pairing not in PAIRINGS:
-            raise ValueError(f"rope_pairing must be one of {PAIRINGS}, got {self.rope_pairing!r}")
-        if self.rms_norm_eps <= 0:
-            raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps}")
+        check_float("rope_theta", self.rope_theta, low=1.0, low_open=True)  # as rope_cos_sin
+        check_choice("rope_pairing", self.rope_pairing, PAIRINGS)
+        check_float("norm_eps", self.norm_eps, low=0.0, low_open=True)
 
     @property
     def qk_head_dim(self) -> int:
@@ -86,12 +92,14 @@ class MLAConfig:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
-class MLACache:
+class MLACache(PositionCache):
     """One layer's MLA cache: the normalised latent and the rotated RoPE key, nothing else.
 
     ``c_kv`` ``(B, max_seq_len, d_c)`` and ``k_rope`` ``(B, max_seq_len, D_r)``; the first
-    ``pos`` positions are filled. :meth:`MultiHeadLatentAttention.forward` writes the new
-    positions and advances ``pos`` (one cache per layer).
+    ``pos`` positions are filled. It keeps the contract of
+    :class:`transformer_lib.cache.PositionCache`: ``update`` writes at ``pos`` and never
+    moves it; :meth:`MultiHeadLatentAttention.forward`, which owns the cache (one per layer),
+    advances it once, at the end.
     """
 
     def __init__(self, batch_size: int, max_seq_len: int, kv_lora_rank: int,
@@ -99,21 +107,19 @@ class MLACache:
                  device: torch.device | str | None = None):
         check_positive(batch_size=batch_size, max_seq_len=max_seq_len,
                        kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim)
+        super().__init__(max_seq_len)
         self.c_kv = torch.zeros(batch_size, max_seq_len, kv_lora_rank, dtype=dtype,
                                 device=device)  # (B, max_seq_len, d_c)
         self.k_rope = torch.zeros(batch_size, max_seq_len, qk_rope_head_dim, dtype=dtype,
                                   device=device)  # (B, max_seq_len, D_r)
-        self.max_seq_len = max_seq_len
-        self.pos = 0
 
     @property
     def batch_size(self) -> int:
         return self.c_kv.shape[0]
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: B · max_seq_len · (d_c + D_r) · sizeof(dtype)."""
-        return self.c_kv.nbytes + self.k_rope.nbytes
+    def tensors(self) -> tuple[Tensor, ...]:
+        """``c_kv`` and ``k_rope``: B · max_seq_len · (d_c + D_r) numbers."""
+        return self.c_kv, self.k_rope
 
     @property
     def bytes_per_token(self) -> int:
@@ -121,33 +127,18 @@ class MLACache:
         return self.nbytes // (self.batch_size * self.max_seq_len)
 
     def update(self, c_kv: Tensor, k_rope: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``c_kv`` ``(B, T, d_c)`` and ``k_rope`` ``(B, T, D_r)`` at ``pos``, advance
-        ``pos`` by T, and return every cached position: ``(B, pos + T, d_c)`` and
-        ``(B, pos + T, D_r)``."""
-        if c_kv.shape[0] != self.batch_size:
-            raise ValueError(
-                f"cache was made for batch size {self.batch_size}, got batch size {c_kv.shape[0]}"
-            )
-        if c_kv.shape[2] != self.c_kv.shape[2] or k_rope.shape[2] != self.k_rope.shape[2]:
-            raise ValueError(
-                f"cache holds latents of width {self.c_kv.shape[2]} and RoPE keys of width "
-                f"{self.k_rope.shape[2]}, got {c_kv.shape[2]} and {k_rope.shape[2]}"
-            )
+        """Store ``c_kv`` ``(B, T, d_c)`` and ``k_rope`` ``(B, T, D_r)`` at ``pos`` and return
+        every cached position, ``(B, pos + T, d_c)`` and ``(B, pos + T, D_r)``. Does not
+        advance ``pos``."""
+        B, _, d_c = self.c_kv.shape
+        self.check_shape("c_kv", c_kv, B=B, T=None, d_c=d_c)
+        self.check_shape("k_rope", k_rope, B=B, T=c_kv.shape[1], D_r=self.k_rope.shape[2])
         T = c_kv.shape[1]
-        if self.pos + T > self.max_seq_len:
-            raise ValueError(
-                f"MLA cache overflow: {self.pos} cached + {T} new positions "
-                f"> max_seq_len ({self.max_seq_len})"
-            )
+        self.check_room(T)
         end = self.pos + T
         self.c_kv[:, self.pos:end] = c_kv
         self.k_rope[:, self.pos:end] = k_rope
-        self.pos = end
-        return self.c_kv[:, :end], self.k_rope[:, :end]
-
-    def reset(self) -> None:
-        """Forget every cached position (the memory is kept for the next sequence)."""
-        self.pos = 0
+        return self.c_kv[:, :end], self.k_rope[:, :end]  # (B, end, d_c), (B, end, D_r)
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -161,13 +152,13 @@ class MultiHeadLatentAttention(nn.Module):
             self.q_proj = nn.Linear(c.d_model, H * c.qk_head_dim, bias=False)
         else:  # queries through their own normalised latent (not cached; saves training memory)
             self.q_a_proj = nn.Linear(c.d_model, c.q_lora_rank, bias=False)
-            self.q_a_layernorm = RMSNorm(c.q_lora_rank, c.rms_norm_eps)
+            self.q_a_layernorm = RMSNorm(c.q_lora_rank, c.norm_eps)
             self.q_b_proj = nn.Linear(c.q_lora_rank, H * c.qk_head_dim, bias=False)
         # One projection gives the latent (d_c) and the single-head RoPE key (D_r) together:
         # "with_mqa" because that key is shared by all heads, as in multi-query attention.
         self.kv_a_proj_with_mqa = nn.Linear(c.d_model, c.kv_lora_rank + c.qk_rope_head_dim,
                                             bias=False)
-        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.rms_norm_eps)
+        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.norm_eps)
         # Up-projection of the latent: rows per head are [W_UK,h (D_n rows); W_UV,h (D_v rows)].
         self.kv_b_proj = nn.Linear(c.kv_lora_rank, H * (c.qk_nope_head_dim + c.v_head_dim),
                                    bias=False)
@@ -177,21 +168,17 @@ class MultiHeadLatentAttention(nn.Module):
         """An empty :class:`MLACache` for this layer, on its device and dtype; ``max_seq_len``
         (at most the config's, which it defaults to) is the number of positions it holds."""
         c, w = self.config, self.kv_b_proj.weight
-        max_seq_len = c.max_seq_len if max_seq_len is None else max_seq_len
-        if not 1 <= max_seq_len <= c.max_seq_len:
-            raise ValueError(
-                f"max_seq_len must be in [1, {c.max_seq_len}] (the config's), got {max_seq_len}"
-            )
-        return MLACache(batch_size, max_seq_len, c.kv_lora_rank, c.qk_rope_head_dim,
-                        dtype=w.dtype, device=w.device)
+        return MLACache(batch_size, cache_length(max_seq_len, c.max_seq_len), c.kv_lora_rank,
+                        c.qk_rope_head_dim, dtype=w.dtype, device=w.device)
 
     def forward(self, x: Tensor, cache: MLACache | None = None, absorb: bool = False) -> Tensor:
         """Causal self-attention of ``x``, continuing after the cached positions if any.
 
         Args:
             x: ``(B, T, C)``; with a cache, positions ``cache.pos … cache.pos + T - 1``.
-            cache: optional :class:`MLACache`; the new latents and RoPE keys are appended
-                (``pos`` advances by T) and every cached position is attended.
+            cache: optional :class:`MLACache`; the new latents and RoPE keys are written at
+                ``cache.pos``, every cached position is attended, and ``pos`` advances by T
+                at the end (this layer owns its cache).
             absorb: False: up-project the latents to per-head keys and values (explicit);
                 True: fold W_UK into the queries and W_UV after the weights (absorbed).
 
@@ -229,15 +216,17 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = apply_rope(k_rope, cos, sin, pairing=c.rope_pairing)  # (B, T, D_r)
         if cache is not None:
             c_kv, k_rope = cache.update(c_kv, k_rope)  # (B, S, d_c), (B, S, D_r)
-        mask = causal_mask(T, c_kv.shape[1], device=x.device)  # (T, S)
+        mask = attention_mask(T, c_kv.shape[1], causal=True, device=x.device)  # (T, S) or None
 
         attend = self._attend_absorbed if absorb else self._attend_explicit
         out = attend(q_nope, q_rope, c_kv, k_rope, mask)  # (B, H, T, D_v)
         out = out.transpose(1, 2).reshape(B, T, H * c.v_head_dim)  # (B, T, H*D_v)
+        if cache is not None:
+            cache.advance(T)  # once, at the end: this layer is the cache's model
         return self.o_proj(out)  # (B, T, C)
 
     def _attend_explicit(self, q_nope: Tensor, q_rope: Tensor, c_kv: Tensor, k_rope: Tensor,
-                         mask: Tensor) -> Tensor:
+                         mask: Tensor | None) -> Tensor:
         """Up-project the latents to per-head keys and values, then ordinary attention."""
         c = self.config
         B, H, _, _ = q_nope.shape
@@ -253,20 +242,18 @@ class MultiHeadLatentAttention(nn.Module):
         return out  # (B, H, T, D_v)
 
     def _attend_absorbed(self, q_nope: Tensor, q_rope: Tensor, c_kv: Tensor, k_rope: Tensor,
-                         mask: Tensor) -> Tensor:
+                         mask: Tensor | None) -> Tensor:
         """Score and average the latents directly; per-head keys and values never exist."""
         c = self.config
         D_n, D_v = c.qk_nope_head_dim, c.v_head_dim
         w = self.kv_b_proj.weight.view(c.n_heads, D_n + D_v, c.kv_lora_rank)  # (H, D_n+D_v, d_c)
         w_uk, w_uv = w.split([D_n, D_v], dim=1)  # (H, D_n, d_c), (H, D_v, d_c)
         q_latent = q_nope @ w_uk  # (B, H, T, d_c): W_UK,hᵀ q_nope,h, a query in latent space
-        c_kv, k_rope = c_kv[:, None], k_rope[:, None]  # (B, 1, S, d_c), (B, 1, S, D_r): one "head"
-        scores = (q_latent @ c_kv.transpose(-2, -1)  # (B, H, T, S)
-                  + q_rope @ k_rope.transpose(-2, -1))  # (B, H, T, S)
-        scores = scores / math.sqrt(c.qk_head_dim)  # the scale of the full head, not of d_c
-        if scores.dtype in (torch.float16, torch.bfloat16):
-            scores = scores.float()  # softmax in at least fp32 (fp64 stays fp64)
-        scores = scores.masked_fill(~mask, float("-inf"))  # causal: every row keeps a key
-        weights = torch.softmax(scores, dim=-1).to(c_kv.dtype)  # (B, H, T, S)
-        out_latent = weights @ c_kv  # (B, H, T, d_c): a weighted average of the latents
+        # Score = q_latent · c_kv + q_rope · k_rope: one dot product over [latent; RoPE key],
+        # with a single key/value "head" (B, 1, S, ·) that broadcasts over the H query heads.
+        q = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, T, d_c+D_r)
+        k = torch.cat([c_kv, k_rope], dim=-1)[:, None]  # (B, 1, S, d_c+D_r)
+        # The scale of the full head, 1/√(D_n + D_r), not of d_c + D_r.
+        out_latent, _ = scaled_dot_product_attention(q, k, c_kv[:, None], mask,
+                                                     scale=c.qk_head_dim ** -0.5)  # (B, H, T, d_c)
         return out_latent @ w_uv.transpose(-2, -1)  # (B, H, T, D_v): W_UV,h applied once

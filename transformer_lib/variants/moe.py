@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.ffn import SwiGLU
-from transformer_lib.validation import check_positive
+from transformer_lib.validation import check_bool, check_positive, compute_dtype
 
 __all__ = ["MoEFeedForward", "load_balancing_loss"]
 
@@ -73,22 +73,46 @@ def load_balancing_loss(router_probs: Tensor, expert_index: Tensor, n_experts: i
 class MoEFeedForward(nn.Module):
     """Top-k mixture of SwiGLU experts with a linear router (no bias).
 
-    ``forward(x)`` returns ``(out, aux_loss)``. The last routing is kept for plotting:
-    ``last_router_probs`` ``(..., E)`` and ``last_expert_index`` ``(..., k)`` (detached);
-    the load per expert is ``torch.bincount(last_expert_index.flatten(), minlength=E)``.
+    ``forward(x)`` returns ``(out, aux_loss)``. With ``keep_weights=True`` (or inside
+    ``with transformer_lib.attention.record_weights(layer):``) the last routing is kept for
+    plotting: :attr:`last_router_probs` ``(..., E)`` and :attr:`last_expert_index`
+    ``(..., k)`` (detached); the load per expert is
+    ``torch.bincount(last_expert_index.flatten(), minlength=E)``. By default nothing is kept.
     """
 
-    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int):
+    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int,
+                 keep_weights: bool = False):
         super().__init__()
         check_positive(d_model=d_model, d_ff=d_ff, n_experts=n_experts, top_k=top_k)
         if top_k > n_experts:
             raise ValueError(f"top_k ({top_k}) must be <= n_experts ({n_experts})")
+        check_bool("keep_weights", keep_weights)
         self.d_model, self.d_ff = d_model, d_ff
         self.n_experts, self.top_k = n_experts, top_k
+        self.keep_weights = keep_weights  # keep the last routing for plots
         self.router = nn.Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(n_experts)])
-        self.last_router_probs: Tensor | None = None
-        self.last_expert_index: Tensor | None = None
+        self._routing: tuple[Tensor, Tensor] | None = None  # (probs, expert_index) if kept
+
+    def _kept(self) -> tuple[Tensor, Tensor]:
+        """The routing the last forward pass kept, or a RuntimeError saying how to ask."""
+        if self._routing is not None:
+            return self._routing
+        if self.keep_weights:
+            raise RuntimeError("no routing yet: run a forward pass first")
+        raise RuntimeError("no routing was kept: build the layer with MoEFeedForward(..., "
+                           "keep_weights=True), or run it inside `with record_weights(model): "
+                           "...` (from transformer_lib.attention)")
+
+    @property
+    def last_router_probs(self) -> Tensor:
+        """Router probabilities ``(..., E)`` of the last forward pass, if it kept them."""
+        return self._kept()[0]
+
+    @property
+    def last_expert_index(self) -> Tensor:
+        """Chosen experts ``(..., k)`` of the last forward pass, if it kept them."""
+        return self._kept()[1]
 
     @property
     def active_parameters(self) -> int:
@@ -107,8 +131,7 @@ class MoEFeedForward(nn.Module):
             experts ``(N, k)``, most probable first.
         """
         logits = self.router(x)  # (N, E)
-        compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        probs = torch.softmax(logits.to(compute), dim=-1)  # (N, E), in fp32 at least
+        probs = torch.softmax(logits.to(compute_dtype(logits.dtype)), dim=-1)  # (N, E), fp32+
         top_probs, expert_index = probs.topk(self.top_k, dim=-1)  # (N, k), (N, k)
         gates = top_probs / top_probs.sum(dim=-1, keepdim=True)  # (N, k), each row sums to 1
         return probs, gates, expert_index
@@ -136,7 +159,9 @@ class MoEFeedForward(nn.Module):
                 continue  # no token chose this expert
             y = expert(flat[token])  # (n_e, C): only the tokens routed here
             out = out.index_add(0, token, y * gates[token, slot, None])  # (N, C)
-        self.last_router_probs = probs.detach().reshape(*x.shape[:-1], self.n_experts)
-        self.last_expert_index = expert_index.reshape(*x.shape[:-1], self.top_k)
+        self._routing = None  # kept only on request
+        if self.keep_weights:
+            self._routing = (probs.detach().reshape(*x.shape[:-1], self.n_experts),  # (..., E)
+                             expert_index.reshape(*x.shape[:-1], self.top_k))  # (..., k)
         aux_loss = load_balancing_loss(probs, expert_index, self.n_experts)
         return out.reshape(x.shape), aux_loss
