@@ -9,6 +9,22 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 
+# The device of the tests marked `gpu` (tests/test_gpu.py): CUDA, unless
+# TRANSFORMER_LIB_TEST_DEVICE names another (e.g. "cpu", to run their logic on a machine
+# without a GPU).
+TEST_DEVICE = os.environ.get("TRANSFORMER_LIB_TEST_DEVICE", "cuda")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked `gpu`, with the reason, where they would need a missing CUDA
+    device."""
+    if not TEST_DEVICE.startswith("cuda"):
+        return
+    no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(no_cuda)
+
 
 @pytest.fixture(autouse=True)
 def _seed():

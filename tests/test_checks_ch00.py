@@ -3,12 +3,12 @@ mistakes in words a student can act on. The contract every checker keeps (refere
 stubs, exceptions, NaN) is in ``test_checks_contract.py``."""
 from __future__ import annotations
 
-from conftest import mistake_tests
-
 from transformer_lib.checks import (
     ch00_setup,
     check_mha_shapes,
 )
+
+from conftest import mistake_tests
 
 WRONG = [
     # (checker, wrong solution, fragments that the verdict must contain)

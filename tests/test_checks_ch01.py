@@ -7,8 +7,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from check_solutions.ch01 import chunked_causal_attention, left_padded_causal_mask
-from conftest import mistake_tests
 
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import (
@@ -17,6 +15,12 @@ from transformer_lib.checks import (
     check_left_padded_causal_mask,
     check_score_scale,
 )
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+chunked_causal_attention, left_padded_causal_mask = references(
+    "01_attention", "chunked_causal_attention", "left_padded_causal_mask")
 
 # Plausible wrong masks for a left-padded batch ------------------------------------------------
 

@@ -4,8 +4,6 @@ in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions.ch02 import first_future_leak, head_bilinear_forms, teacher_forcing
-from conftest import mistake_tests
 
 from transformer_lib.checks import (
     ch02_qkv_roles,
@@ -13,6 +11,12 @@ from transformer_lib.checks import (
     check_head_bilinear_forms,
     check_teacher_forcing,
 )
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+first_future_leak, head_bilinear_forms, teacher_forcing = references(
+    "02_qkv_roles", "first_future_leak", "head_bilinear_forms", "teacher_forcing")
 
 
 def forcing_wrong(*, shift=True, bos_zero=False, ignore=-100, pad_in_input=False):

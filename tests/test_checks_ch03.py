@@ -3,15 +3,17 @@ in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
-from check_solutions.ch03 import split_qkv, to_per_head_layout
-from conftest import mistake_tests
-
 from transformer_lib.checks import (
     ch03_multi_head,
     check_attention_memory,
     check_split_qkv,
     check_to_per_head_layout,
 )
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+split_qkv, to_per_head_layout = references("03_multi_head", "split_qkv", "to_per_head_layout")
 
 
 def memory_wrong(*, weight_heads="H", kv_heads="H_kv", kv_tensors=2, bytes_too=True):

@@ -4,8 +4,6 @@ mistakes in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions.ch04 import noam_for_base_lr, pre_norm_decoder_layer, stable_rms_norm
-from conftest import mistake_tests
 
 from transformer_lib.checks import (
     ch04_normalisation,
@@ -13,6 +11,12 @@ from transformer_lib.checks import (
     check_pre_norm_decoder_layer,
     check_stable_rms_norm,
 )
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+noam_for_base_lr, pre_norm_decoder_layer, stable_rms_norm = references(
+    "04_normalisation", "noam_for_base_lr", "pre_norm_decoder_layer", "stable_rms_norm")
 
 
 def noam_wrong(*, divide=True, d_factor=True, rise=-1.5, shift=0, guard_zero=True,

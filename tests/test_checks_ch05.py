@@ -4,8 +4,6 @@ in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions.ch05 import rope_cached_attention, rope_interleaved, sinusoid_shift_matrix
-from conftest import mistake_tests
 
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.checks import (
@@ -15,6 +13,12 @@ from transformer_lib.checks import (
     check_sinusoid_shift_matrix,
 )
 from transformer_lib.positional import apply_rope
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+rope_cached_attention, rope_interleaved, sinusoid_shift_matrix = references(
+    "05_positional", "rope_cached_attention", "rope_interleaved", "sinusoid_shift_matrix")
 
 
 def shift_matrix_with(*, exponent=2.0, sign=1.0, use_k=True, dtype=torch.float64):

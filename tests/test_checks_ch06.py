@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 
 import torch
-from check_solutions.ch06 import decoder_param_count, gqa_to_mha, qk_norm_attention
-from conftest import mistake_tests, randomize_, require
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask, repeat_kv
 from transformer_lib.checks import (
@@ -19,6 +17,12 @@ from transformer_lib.checks import (
 from transformer_lib.checks.ch06_modern_decoder import _qk_norm_attention
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import apply_rope, rope_cos_sin
+
+from chapter_solutions import references
+from conftest import mistake_tests, randomize_, require
+
+decoder_param_count, gqa_to_mha, qk_norm_attention = references(
+    "06_modern_decoder", "decoder_param_count", "gqa_to_mha", "qk_norm_attention")
 
 
 def count_wrong(**mistake):

@@ -4,8 +4,6 @@ in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions.ch07 import cached_attention_step, max_context, speculative_step
-from conftest import mistake_tests
 
 from transformer_lib.attention import causal_mask, repeat_kv, scaled_dot_product_attention
 from transformer_lib.checks import (
@@ -15,6 +13,12 @@ from transformer_lib.checks import (
     check_speculative_step,
 )
 from transformer_lib.positional import apply_rope
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+cached_attention_step, max_context, speculative_step = references(
+    "07_kv_cache", "cached_attention_step", "max_context", "speculative_step")
 
 
 def context_with(*, factor=2, use_n_heads=False, batch=True, bits=False, float_division=False):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from check_solutions.ch08 import combine_splits, merge_softmax_stats, tiled_causal_attention
-from conftest import mistake_tests
 
 from transformer_lib.attention import causal_mask
 from transformer_lib.checks import (
@@ -15,6 +13,12 @@ from transformer_lib.checks import (
     check_merge_softmax_stats,
     check_tiled_causal_attention,
 )
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+combine_splits, merge_softmax_stats, tiled_causal_attention = references(
+    "08_fast_attention", "combine_splits", "merge_softmax_stats", "tiled_causal_attention")
 
 
 def merge_with(mistake):

@@ -4,8 +4,6 @@ mistakes in words a student can act on. The contract every checker keeps is in
 from __future__ import annotations
 
 import torch
-from check_solutions.ch09 import gated_delta_step, mla_cache_bytes, moe_forward
-from conftest import mistake_tests
 
 from transformer_lib.checks import (
     ch09_attention_variants,
@@ -15,6 +13,12 @@ from transformer_lib.checks import (
 )
 from transformer_lib.variants.linear import gated_delta_rule_recurrent
 from transformer_lib.variants.moe import MoEFeedForward
+
+from chapter_solutions import references
+from conftest import mistake_tests
+
+gated_delta_step, mla_cache_bytes, moe_forward = references(
+    "09_attention_variants", "gated_delta_step", "mla_cache_bytes", "moe_forward")
 
 
 def bytes_with(*, latents=1, rope_per_head=False, rope=True, layers=True, bits=False):

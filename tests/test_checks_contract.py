@@ -1,8 +1,8 @@
 """The contract every exercise checker keeps, tested on every checker the package exports.
 
 The checkers are found, not listed: each public ``check_*`` of ``transformer_lib.checks``, and
-each needs its reference solution in ``tests/check_solutions/chNN.py``. For each: the reference
-passes; an untouched stub is "not attempted yet", in one line; a raising function gets its
+each needs an exercise in a chapter whose reference solution (the chapter's own solution cell,
+read by ``chapter_solutions``) it checks. For each: the reference passes; an untouched stub is "not attempted yet", in one line; a raising function gets its
 exception's one-line summary; a non-callable and odd return values never escape as
 exceptions; NaN in a floating-point output is reported as NaN; the global random state is
 left alone."""
@@ -17,10 +17,11 @@ import re
 
 import pytest
 import torch
-from check_solutions import SOLUTIONS
-from conftest import checkers_in, run_check
 
 from transformer_lib import checks
+
+from chapter_solutions import SOLUTIONS, chapter_exercises
+from conftest import checkers_in, run_check
 
 CHECKERS = {name: fn for name, fn in inspect.getmembers(checks, inspect.isfunction)
             if name.startswith("check_")}
@@ -29,7 +30,7 @@ NAMES = sorted(CHECKERS)
 
 def _solution(name: str):
     if name not in SOLUTIONS:
-        pytest.fail(f"no reference solution for {name} in tests/check_solutions/")
+        pytest.fail(f"no chapter asserts {name} on an exercise with a solution region")
     return SOLUTIONS[name]
 
 
@@ -73,9 +74,21 @@ def _with_nan(value):
 def test_every_checker_has_a_reference_solution():
     assert NAMES, "no checkers found in transformer_lib.checks"
     missing = [name for name in NAMES if name not in SOLUTIONS]
-    assert not missing, f"add reference solutions to tests/check_solutions/ for {missing}"
+    assert not missing, f"no chapter exercise with a solution region is checked by {missing}"
     stale = sorted(set(SOLUTIONS) - set(CHECKERS))
-    assert not stale, f"tests/check_solutions/ has solutions for no checker: {stale}"
+    assert not stale, f"chapters assert checkers the package does not export: {stale}"
+
+
+def test_reference_solutions_are_the_chapters_own_cells():
+    """Each reference is compiled from its chapter's solution cell, so a fix in the chapter is
+    what the tests run: no copy to drift from it."""
+    for chapter, listed in chapter_exercises().items():
+        for exercise in listed:
+            solution = SOLUTIONS[exercise.checker]
+            assert solution.__name__ == exercise.function
+            assert solution.__code__.co_filename == f"<{chapter}.ipynb, cell {exercise.cell}>"
+            assert inspect.getsource(solution).rstrip() in exercise.solution
+            assert "### BEGIN SOLUTION" not in exercise.solution
 
 
 def test_every_chapter_module_is_exported():

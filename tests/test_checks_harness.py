@@ -8,9 +8,6 @@ import math
 
 import pytest
 import torch
-from check_solutions.ch01 import chunked_causal_attention, score_scale
-from check_solutions.ch03 import split_qkv
-from conftest import randomize_, run_check
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
@@ -21,6 +18,13 @@ from transformer_lib.checks import (
     check_score_scale,
     check_split_qkv,
 )
+
+from chapter_solutions import references
+from conftest import randomize_, run_check
+
+chunked_causal_attention, score_scale = references(
+    "01_attention", "chunked_causal_attention", "score_scale")
+split_qkv, = references("03_multi_head", "split_qkv")
 
 
 def test_unfinished_helper_is_named(capsys):

@@ -2,17 +2,19 @@
 imported by the kernel, transformer_lib missing until the setup cell installs it.
 
 One environment is built once with Colab's versions (published pip freeze, 2026-08; Python and
-torch are those available here: torch 2.13.0 from its local CPU wheel). Each notebook then runs
-as in a fresh Colab runtime: the kernel imports ipywidgets at start (an IPython startup file),
-the setup cell installs the library from a copy of this checkout (``TRANSFORMER_LIB_SOURCE``),
-and after the notebook a probe cell moves every explorer control in the kernel. Between
-notebooks the library is uninstalled again. For each notebook the test asserts: every cell
-ran; ``pip freeze`` shows no preinstalled package changed; every widget model the notebook
-created is one that ipywidgets 7.7.1 provides (Colab's front end draws only those); every
-control changes a picture through the kernel. It also reports what pip installed and how long
-the setup cell took.
+torch are those available here: torch 2.13.0 from its local CPU wheel). Of each notebook the
+smoke subset then runs (``notebook_smoke.py``: the setup cell, the imports, every explorer cell
+and the cells it needs; the book build and nbval already execute every cell), as in a fresh
+Colab runtime: the kernel imports ipywidgets at start (an IPython startup file), the setup cell
+installs the library from a copy of this checkout (``TRANSFORMER_LIB_SOURCE``), and after the
+notebook a probe cell moves every explorer control in the kernel. Between notebooks the library
+is uninstalled again. For each notebook the test asserts: every cell of the subset ran;
+``pip freeze`` shows no preinstalled package changed; every widget model the notebook created
+is one that ipywidgets 7.7.1 provides (Colab's front end draws only those); every explorer has
+controls, and every control changes a picture through the kernel. It also reports how long the
+setup cell took.
 
-Slow (a few minutes): marked ``slow``; CI runs it.
+Slow (about two minutes, most of it building the environment): marked ``slow``; CI runs it.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ import nbformat
 import pytest
 
 from book_support import ROOT, setup_cell
+from notebook_smoke import explorer_cells, smoke_notebook
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
+NOTEBOOKS = [*sorted((ROOT / "chapters").glob("*.ipynb")),
+             *sorted((ROOT / "appendix").glob("*.ipynb"))]
 
 # Colab's preinstalled versions that the course touches (its pip freeze, 2026-08).
 COLAB = {
@@ -75,12 +79,11 @@ import json, sys, time
 import nbformat
 from nbclient import NotebookClient
 
-path, out, probe = sys.argv[1], sys.argv[2], sys.argv[3]
+path, out, probe, folder = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 nb = nbformat.read(path, as_version=4)
 nb.cells.append(nbformat.v4.new_code_cell(open(probe).read()))
 client = NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=True,
-                        allow_errors=True,
-                        resources={"metadata": {"path": path.rsplit("/", 1)[0]}})
+                        allow_errors=True, resources={"metadata": {"path": folder}})
 client.execute()
 nbformat.write(nb, out)
 '''
@@ -150,10 +153,12 @@ def colab(tmp_path_factory):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_in_a_colab_like_runtime(colab, notebook, capsys):
     python, env, baseline, models_7x, root = colab
-    executed = root / f"executed-{notebook.name}"
+    chapter = nbformat.read(notebook, as_version=4)
+    smoke, executed = root / f"smoke-{notebook.name}", root / f"executed-{notebook.name}"
+    nbformat.write(smoke_notebook(chapter), smoke)
     try:
-        run = subprocess.run([python, "-c", RUNNER, str(notebook), str(executed),
-                              str(root / "probe.py")], env=env, cwd=root,
+        run = subprocess.run([python, "-c", RUNNER, str(smoke), str(executed),
+                              str(root / "probe.py"), str(notebook.parent)], env=env, cwd=root,
                              capture_output=True, text=True)
         assert run.returncode == 0, f"the runner failed:\n{run.stderr[-6000:]}"
         nb = nbformat.read(executed, as_version=4)
@@ -178,6 +183,7 @@ def test_notebook_runs_in_a_colab_like_runtime(colab, notebook, capsys):
         probe = [line for o in code[-1].outputs for line in o.get("text", "").splitlines()
                  if line.startswith("PROBE ")]
         moved = json.loads(probe[0][len("PROBE "):])
+        assert bool(moved) == bool(explorer_cells(chapter)), "explorers without controls"
         assert all(m["changed"] for m in moved), f"controls that changed no picture: {moved}"
 
         setup = code[0]  # the setup cell (the title is Markdown)
@@ -189,8 +195,8 @@ def test_notebook_runs_in_a_colab_like_runtime(colab, notebook, capsys):
                 start = datetime.fromisoformat(timing["iopub.execute_input"].rstrip("Z"))
                 end = datetime.fromisoformat(timing["shell.execute_reply"].rstrip("Z"))
                 seconds = f"{(end - start).total_seconds():.1f}"
-            print(f"\n{notebook.name}: setup cell {seconds} s; {len(state)} widget models; "
-                  f"{len(moved)} controls moved")
+            print(f"\n{notebook.name}: {len(code) - 1} cells of the smoke subset; setup cell "
+                  f"{seconds} s; {len(state)} widget models; {len(moved)} controls moved")
     finally:
         subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "-y", "transformer_lib"],
                        env=env, capture_output=True)

@@ -4,11 +4,17 @@ their student copies: honest, broken and dishonest ones.
 Slow (each notebook runs in its own kernel): marked ``slow``; CI runs it."""
 from __future__ import annotations
 
+import ast
 import csv
+import json
+import shutil
+import subprocess
+import sys
 
 import nbformat
 import pytest
 
+import _grade_runner  # tools/_grade_runner.py
 import grade  # tools/grade.py
 from book_support import ROOT
 
@@ -24,6 +30,65 @@ def _with_cell(source_nb, code: str, index: int | None = None):
     cell = nbformat.v4.new_code_cell(code)
     nb.cells.insert(len(nb.cells) if index is None else index, cell)
     return nb
+
+
+# A checkers package that passes everything, as a submission would plant it.
+FAKE_CHECKS = """
+class _Passed:
+    passed, attempted, failures = True, True, []
+    report = "mha_shapes: all 3 checks passed."
+
+    def __bool__(self):
+        return True
+
+
+def __getattr__(name):
+    if name.startswith("check_"):
+        return lambda fn: _Passed()
+    raise AttributeError(name)
+"""
+WRONG = "def mha_shapes(*args):\n    return None\n"  # what the real checker fails
+
+
+def plant_fake_package(folder) -> None:
+    """Write a ``transformer_lib`` package whose checkers pass everything into ``folder``."""
+    (folder / "transformer_lib" / "checks").mkdir(parents=True, exist_ok=True)
+    (folder / "transformer_lib" / "__init__.py").write_text("", encoding="utf-8")
+    (folder / "transformer_lib" / "checks" / "__init__.py").write_text(FAKE_CHECKS,
+                                                                       encoding="utf-8")
+
+
+# A cell that writes the fake package into the kernel's working directory and puts that
+# directory first on sys.path (where '' already is), then imports it in place of the real one.
+PLANT_AT_RUN_TIME = f"""
+import os, sys
+from pathlib import Path
+(Path.cwd() / "transformer_lib" / "checks").mkdir(parents=True, exist_ok=True)
+(Path.cwd() / "transformer_lib" / "__init__.py").write_text("")
+(Path.cwd() / "transformer_lib" / "checks" / "__init__.py").write_text({FAKE_CHECKS!r})
+sys.path.insert(0, os.getcwd())
+for name in [m for m in sys.modules if m.startswith("transformer_lib")]:
+    del sys.modules[name]
+import transformer_lib.checks
+{WRONG}"""
+
+# A cell that serves the fake checkers through an import hook, whatever sys.path holds.
+IMPORT_HOOK = f"""
+import importlib.abc, importlib.util, os, sys
+FAKE = os.path.join(os.getcwd(), "fake_checks.py")
+with open(FAKE, "w") as f:
+    f.write({FAKE_CHECKS!r})
+
+
+class FakeChecks(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "transformer_lib.checks":
+            return importlib.util.spec_from_file_location(name, FAKE)
+        return None
+
+
+sys.meta_path.insert(0, FakeChecks())
+{WRONG}"""
 
 
 def _renamed(nb, old: str, new: str):
@@ -65,6 +130,14 @@ def graded(tmp_path_factory):
     stranger.cells = [nbformat.v4.new_markdown_cell("# My holiday notes")]
     put("judy", "notes.ipynb", stranger)
     (folder / "kim").mkdir()  # an empty folder
+    # Dishonest: checkers that pass everything, planted in the student's folder and put on
+    # sys.path by a cell; written at run time into the kernel's working directory; served by
+    # an import hook.
+    plant_fake_package(folder / "mallory")
+    put("mallory", "00_setup.ipynb", _with_cell(
+        STUDENT, f"import sys\nsys.path.insert(0, {str(folder / 'mallory')!r})\n{WRONG}"))
+    put("nia", "00_setup.ipynb", _with_cell(STUDENT, PLANT_AT_RUN_TIME))
+    put("trudy", "00_setup.ipynb", _with_cell(STUDENT, IMPORT_HOOK))
     out = folder.parent / "gradebook.csv"
     rows = grade.grade(folder, out, jobs=2, timeout=90, progress=False)
     with out.open(encoding="utf-8") as f:
@@ -97,11 +170,31 @@ def test_a_copy_that_replaces_the_checker_earns_nothing(graded):
 
 def test_an_infinite_loop_hits_the_time_limit_and_the_run_goes_on(graded):
     row = _row(graded[1], "dave")
-    assert row["status"] == "time limit" and row["00_setup:mha_shapes"] == "missing"
+    assert row["status"] == "time limit" and row["00_setup:mha_shapes"] == "time limit"
 
 
 def test_a_crash_of_the_kernel_is_reported(graded):
-    assert _row(graded[1], "eve")["status"] == "kernel died"
+    row = _row(graded[1], "eve")
+    assert row["status"] == "kernel died" and row["00_setup:mha_shapes"] == "kernel died"
+
+
+@pytest.mark.parametrize("student", ["mallory", "nia"])
+def test_a_planted_checkers_package_is_not_imported(graded, student):
+    """The fake passes everything; the real checker fails the notebook's ``mha_shapes``."""
+    row = _row(graded[1], student)
+    assert row["status"] == "ok" and row["passed"] == "0"
+    assert row["00_setup:mha_shapes"] == "fail"
+
+
+def test_checkers_served_by_an_import_hook_are_tampering(graded):
+    rows, table, out = graded
+    row = _row(table, "trudy")
+    assert row["status"] == "tampered" and row["passed"] == "0"
+    assert row["00_setup:mha_shapes"] == "tampered"
+    feedback = (out.parent / "feedback" / "trudy.md").read_text(encoding="utf-8")
+    assert "Status: tampered: the checkers were not the installed ones." in feedback
+    assert "fake_checks.py, not from the installed library" in feedback
+    assert next(r for r in rows if r.student == "trudy").status is grade.Status.TAMPERED
 
 
 def test_invalid_json_is_not_a_notebook(graded):
@@ -137,7 +230,9 @@ def test_feedback_files_hold_the_checkers_reports(graded):
     assert "not attempted yet" in bob and "0 of 1 exercises passed" in bob
     alice = (feedback / "alice.md").read_text(encoding="utf-8")
     assert "all 3 checks passed" in alice
-    assert "time limit" in (feedback / "dave.md").read_text(encoding="utf-8")
+    dave = (feedback / "dave.md").read_text(encoding="utf-8")
+    assert "Status: time limit: the notebook did not finish within the time limit." in dave
+    assert "### `mha_shapes`: time limit" in dave
 
 
 def test_student_copies_are_matched_by_their_metadata():
@@ -151,3 +246,54 @@ def test_bad_arguments_are_rejected(tmp_path):
         grade.grade(tmp_path / "nowhere", tmp_path / "g.csv")
     with pytest.raises(ValueError, match=r"--jobs \(0\)"):
         grade.grade(tmp_path, tmp_path / "g.csv", jobs=0)
+
+
+def test_the_runner_on_its_own_ignores_a_package_in_its_working_directory(tmp_path):
+    """The kernel starts with '' (its working directory) first on sys.path; the grading cell
+    takes it off, so the real checker fails the notebook's wrong function."""
+    plant_fake_package(tmp_path)
+    notebook = tmp_path / "submitted.ipynb"
+    nbformat.write(_with_cell(STUDENT, WRONG), notebook)
+    results = tmp_path / "results.json"
+    run = subprocess.run(
+        [sys.executable, str(grade.RUNNER), str(notebook), "--results", str(results),
+         "--library", str(grade.installed_library()), "--timeout", "60",
+         "--exercise", "mha_shapes:check_mha_shapes"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    graded = json.loads(results.read_text(encoding="utf-8"))
+    assert graded["mha_shapes"]["result"] == "fail", graded
+
+
+def test_the_grading_cell_calls_the_runners_own_function():
+    source = _grade_runner.grading_cell([("f", "check_f")], "/tmp/r.json", "/lib", ["/s"])
+    tree = ast.parse(source)
+    assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == ["grade_in_kernel"]
+    assert source.rstrip().endswith(
+        "grade_in_kernel(globals(), [('f', 'check_f')], '/tmp/r.json', '/lib', ['/s'])")
+
+
+def test_the_runner_rejects_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _grade_runner.main([str(tmp_path / "nb.ipynb"), "--results", "r.json", "--library",
+                            str(tmp_path), "--timeout", "9", "--exercise", "f-check_f"])
+    assert stop.value.code == 2 and "expected FUNCTION:CHECKER, got 'f-check_f'" in (
+        capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        _grade_runner.main([str(tmp_path / "nb.ipynb"), "--results", "r.json", "--library",
+                            str(tmp_path), "--timeout", "9", "--exercise", "f:check_f"])
+    assert f"--library {tmp_path} is not a package folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_grade_leaves_the_defaults_to_the_grader():
+    """One source for JOBS and TIMEOUT: the Makefile passes them on only when set."""
+    def command(*settings):
+        dry = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", "grade",
+                              "SUBMISSIONS=subs", *settings], cwd=ROOT, capture_output=True,
+                             text=True, check=True)
+        return dry.stdout.strip().splitlines()[-1]
+
+    assert "--jobs" not in command() and "--timeout" not in command()
+    assert command("JOBS=3", "TIMEOUT=50").endswith("--jobs 3 --timeout 50")
+    assert grade.grade.__defaults__[:2] == (grade.DEFAULT_JOBS, grade.DEFAULT_TIMEOUT)

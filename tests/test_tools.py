@@ -154,19 +154,21 @@ def test_the_grader_runs_a_notebook_again_when_its_grading_cell_did_not_run(monk
     import grade
 
     calls = []
+    passed = {"f": {"result": "pass", "report": "f: passed"}}
 
-    def flaky(path, chapter, timeout, workdir):
-        calls.append(path)
+    def flaky(*args):
+        calls.append(args)
         if len(calls) == 1:  # e.g. a kernel that failed to start
-            return "not graded: the grading cell did not run (RuntimeError: Kernel died)", {}
-        return "ok", {"f": {"result": "pass", "report": "f: passed"}}
+            return grade.Run(grade.Status.NOT_GRADED, detail="RuntimeError: Kernel died")
+        return grade.Run(grade.Status.OK, passed)
 
     monkeypatch.setattr(grade, "_run_one", flaky)
-    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT) == (
-        "ok", {"f": {"result": "pass", "report": "f: passed"}})
+    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT, []) == grade.Run(
+        grade.Status.OK, passed)
     assert len(calls) == 2
 
     calls.clear()
-    monkeypatch.setattr(grade, "_run_one", lambda *args: (calls.append(1), ("time limit", {}))[1])
-    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT) == ("time limit", {})
+    monkeypatch.setattr(grade, "_run_one",
+                        lambda *args: (calls.append(1), grade.Run(grade.Status.TIME_LIMIT))[1])
+    assert grade._run_with_retry("nb.ipynb", None, 10, ROOT, []).status is grade.Status.TIME_LIMIT
     assert len(calls) == 1  # a time limit is the notebook's own: not run again

@@ -16,18 +16,24 @@ For each notebook:
 2. It runs top to bottom in a fresh kernel of this Python (one thread: ``OMP_NUM_THREADS=1``)
    in its own process, under a time limit for the whole notebook. A cell that raises does not
    stop the run.
-3. In that kernel, the grader then imports ``transformer_lib.checks`` afresh (every
-   ``transformer_lib`` module is dropped from ``sys.modules`` and loaded again from disk, so a
-   cell that replaced or wrapped a checker changes nothing) and calls the checker of every
-   exercise of the chapter on the function of that name. Only a function the notebook itself
-   defines counts: a missing name, or one that resolves to the library's own function, is
-   ``missing``. The results are the checkers' return values, written to a file the grader
-   names; nothing the notebook printed is read.
+3. In that kernel, the grader then loads ``transformer_lib.checks`` afresh from the installed
+   library (the folder this process imports it from): ``''``, the working directory and the
+   student's folder are taken off ``sys.path``, and every ``transformer_lib`` module is
+   dropped from ``sys.modules``, so neither a cell that replaced or wrapped a checker nor a
+   ``transformer_lib`` package of the submission's own changes anything. If the checkers
+   still come from elsewhere, the notebook is ``tampered`` and nothing is graded. Otherwise
+   the checker of every exercise of the chapter is called on the function of that name. Only
+   a function the notebook itself defines counts: a missing name, or one that resolves to
+   the library's own function, is ``missing``. The results are the checkers' return values,
+   written to a file the grader names; nothing the notebook printed is read. The program
+   that runs the notebook and this grading cell is ``tools/_grade_runner.py``.
 
 Output: ``gradebook.csv`` (one row per student and notebook: ``student``, ``notebook``,
-``chapter``, ``passed``, ``total``, ``status``, then one column per exercise
-``<chapter>:<function>`` with ``pass``, ``fail``, ``not attempted`` or ``missing``) and,
-beside it, ``feedback/<student>.md`` with each checker's report.
+``chapter``, ``passed``, ``total``, ``status`` (a :class:`Status`), then one column per exercise
+``<chapter>:<function>`` with ``pass``, ``fail``, ``not attempted`` or ``missing`` (a
+:class:`Result`); when the notebook was not graded, each column says why: ``time limit``,
+``kernel died``, ``tampered`` or ``not graded``) and, beside it, ``feedback/<student>.md`` with
+each checker's report.
 
 This is not a sandbox: a submission runs with the grader's rights, and one that patches
 ``torch``, Python's builtins or the files on disk can fool it. Grade untrusted submissions in
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import re
@@ -48,16 +55,45 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import nbformat
 
+from make_student import exercises
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
+RUNNER = Path(__file__).resolve().parent / "_grade_runner.py"
+# The defaults of `make grade` and of this script (the Makefile passes nothing unless set).
+DEFAULT_JOBS = 2  # notebooks run in parallel, each in a single-threaded kernel
 DEFAULT_TIMEOUT = 180  # seconds per notebook: the slowest chapter takes ~30 s alone
-_CHECK = re.compile(r"^\s*assert\s+(check_\w+)\((\w+)\)\s*$", re.M)
 _COPY_OF = re.compile(r"^(copy of\s+)+", re.I)
 _SUFFIX = re.compile(r"\s*\(\d+\)$")  # "01_attention (1)" after a second download
+_KERNEL_DIED = 3  # the runner's exit status when the kernel died (_grade_runner.KERNEL_DIED)
+
+
+class Status(Enum):
+    """What became of one submitted notebook: the gradebook's ``status`` column."""
+
+    OK = "ok"  # ran to its end and graded
+    TIME_LIMIT = "time limit"  # stopped at the time limit: not graded
+    KERNEL_DIED = "kernel died"  # the notebook killed its kernel: not graded
+    TAMPERED = "tampered"  # the checkers did not come from the installed library
+    NOT_GRADED = "not graded"  # the grading cell did not run (twice), e.g. no kernel started
+    NOT_A_NOTEBOOK = "not a notebook"  # invalid JSON, or not a notebook
+    UNKNOWN_CHAPTER = "unknown chapter"  # no metadata, title or file name of a chapter
+    NO_NOTEBOOK = "no notebook"  # a student's folder without any
+
+
+class Result(Enum):
+    """What the checker said of one exercise: a cell of the gradebook."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_ATTEMPTED = "not attempted"  # the stub still raises NotImplementedError
+    MISSING = "missing"  # the notebook does not define the function (renamed, or the library's)
+    NOT_GRADED = "not graded"  # no checker ran: the gradebook shows the notebook's status
 
 
 @dataclass
@@ -76,9 +112,24 @@ class Row:
     student: str
     notebook: str
     chapter: str = ""
-    status: str = "ok"
-    results: dict[str, str] = field(default_factory=dict)  # function -> pass/fail/...
+    status: Status = Status.OK
+    detail: str = ""  # why, for the instructor, when the status is not OK
+    results: dict[str, Result] = field(default_factory=dict)  # function -> its result
     reports: dict[str, str] = field(default_factory=dict)  # function -> checker's report
+
+    def cell(self, function: str) -> str:
+        """The gradebook's entry for ``function``: its result, or why it has none."""
+        result = self.results[function]
+        return self.status.value if result is Result.NOT_GRADED else result.value
+
+
+@dataclass
+class Run:
+    """What one run of a notebook gave: its status, the results file's content and why."""
+
+    status: Status
+    results: dict = field(default_factory=dict)
+    detail: str = ""
 
 
 def _title(nb) -> str:
@@ -87,13 +138,12 @@ def _title(nb) -> str:
 
 
 def chapters(source_dir: Path = CHAPTERS) -> dict[str, Chapter]:
-    """The chapters with exercises, by id, read from the book's notebooks (their
-    ``assert check_x(x)`` cells)."""
+    """The chapters with exercises, by id, read from the book's notebooks by the parser that
+    makes the student copies (``make_student.exercises``)."""
     found = {}
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        pairs = [(fn, check) for cell in nb.cells if cell.cell_type == "code"
-                 for check, fn in _CHECK.findall(cell.source)]
+        pairs = [(e.function, e.checker) for e in exercises(nb, path.name)]
         if pairs:
             found[path.stem] = Chapter(path.stem, _title(nb), pairs)
     return found
@@ -112,97 +162,97 @@ def identify(nb, filename: str, known: dict[str, Chapter]) -> str | None:
     return stem if stem in known else None
 
 
-# What runs in the student's kernel after the notebook: fresh checkers, called on the
-# notebook's own functions; the results go to a file whose name the notebook cannot know.
-_GRADING_CELL = '''
-def __grade(exercises, out_path):
-    import importlib, json, sys
-    for name in [m for m in sys.modules if m == "transformer_lib" or m.startswith("transformer_lib.")]:
-        del sys.modules[name]
-    checks = importlib.import_module("transformer_lib.checks")
-    namespace = globals()
-    results = {}
-    for function, checker in exercises:
-        fn = namespace.get(function)
-        if not callable(fn) or getattr(fn, "__module__", None) != "__main__":
-            results[function] = {"result": "missing", "report": f"{function}: not defined in the notebook."}
-            continue
-        result = getattr(checks, checker)(fn)
-        outcome = "pass" if result.passed is True else (
-            "fail" if result.attempted else "not attempted")
-        results[function] = {"result": outcome, "report": str(result.report)}
-    with open(out_path, "w", encoding="utf-8") as f:
-        json.dump(results, f)
-__grade(%r, %r)
-'''
+def installed_library() -> Path:
+    """The folder of the ``transformer_lib`` package this Python imports (not a submission's:
+    this process's path holds no submission)."""
+    spec = importlib.util.find_spec("transformer_lib")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("transformer_lib is not installed in this Python: pip install -e .")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path) -> tuple[str, dict]:
-    """Execute ``path`` and grade it in a separate process; returns ``(status, results)``."""
+def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path,
+             untrusted: list[Path]) -> Run:
+    """Execute ``path`` and grade it with ``tools/_grade_runner.py`` in a separate process
+    whose working directory is ``workdir``."""
     out_path = workdir / f"results-{secrets.token_hex(8)}.json"
-    program = (
-        "import sys, nbformat\n"
-        "from nbclient import NotebookClient\n"
-        "from nbclient.exceptions import DeadKernelError\n"
-        f"nb = nbformat.read({str(path)!r}, as_version=4)\n"
-        f"nb.cells.append(nbformat.v4.new_code_cell({_GRADING_CELL % (chapter.exercises, str(out_path))!r}))\n"
-        f"client = NotebookClient(nb, timeout={int(timeout)}, allow_errors=True, "
-        f"kernel_name='python3', resources={{'metadata': {{'path': {str(workdir)!r}}}}})\n"
-        "try:\n"
-        "    client.execute()\n"
-        "except DeadKernelError:\n"
-        "    sys.exit(3)\n"
-    )
+    command = [sys.executable, str(RUNNER), str(path), "--results", str(out_path),
+               "--library", str(installed_library()), "--timeout", str(int(timeout)),
+               *[f"--exercise={fn}:{check}" for fn, check in chapter.exercises],
+               *[f"--untrusted={folder}" for folder in untrusted]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    process = subprocess.Popen([sys.executable, "-c", program], env=env, cwd=workdir,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True, text=True)
+    process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True, text=True)
     try:
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)  # the runner and its kernel
         process.communicate()
-        return "time limit", {}
-    if process.returncode == 3 or "DeadKernelError" in (stderr or ""):
-        return "kernel died", {}
+        return Run(Status.TIME_LIMIT, detail=f"stopped after {timeout:g} s")
+    if process.returncode == _KERNEL_DIED or "DeadKernelError" in (stderr or ""):
+        return Run(Status.KERNEL_DIED, detail="the notebook's kernel died")
     if not out_path.exists():
-        # The runner stopped before the grading cell (e.g. a kernel that failed to start on
-        # a busy machine): say why, in one line, for the instructor.
+        # The runner stopped before the grading cell wrote its results (e.g. a kernel that
+        # failed to start on a busy machine): say why, in one line, for the instructor.
         lines = [line for line in (stderr or "").splitlines() if line.strip()]
         why = f" ({lines[-1].strip()[:200]})" if lines else ""
-        return f"not graded: the grading cell did not run{why}", {}
-    return "ok", json.loads(out_path.read_text(encoding="utf-8"))
+        return Run(Status.NOT_GRADED, detail=f"the grading cell did not run{why}")
+    results = json.loads(out_path.read_text(encoding="utf-8"))
+    if "tampered" in results:
+        return Run(Status.TAMPERED, detail=str(results["tampered"]))
+    return Run(Status.OK, results)
 
 
-def _run_with_retry(path: Path, chapter: Chapter, timeout: float,
-                    workdir: Path) -> tuple[str, dict]:
+def _run_with_retry(path: Path, chapter: Chapter, timeout: float, workdir: Path,
+                    untrusted: list[Path]) -> Run:
     """``_run_one``, run a second time when the grading cell did not run: that happens when a
     kernel fails to start, which says nothing about the student's notebook."""
-    status, results = _run_one(path, chapter, timeout, workdir)
-    if status.startswith("not graded"):
-        status, results = _run_one(path, chapter, timeout, workdir)
-    return status, results
+    run = _run_one(path, chapter, timeout, workdir, untrusted)
+    if run.status is Status.NOT_GRADED:
+        run = _run_one(path, chapter, timeout, workdir, untrusted)
+    return run
 
 
-def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout: float) -> Row:
+_WHY_NOT_GRADED = {
+    Status.TIME_LIMIT: "the notebook did not finish within the time limit",
+    Status.KERNEL_DIED: "the notebook's kernel died before the end",
+    Status.TAMPERED: "the checkers were not the installed ones",
+    Status.NOT_GRADED: "the grading cell did not run",
+}
+
+
+def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout: float,
+                   folder: Path | None = None) -> Row:
+    """Grade the notebook at ``path``, submitted by ``student`` whose folder is ``folder``
+    (default: the notebook's own folder): nothing under it is imported by the grading."""
     row = Row(student, path.name)
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception:  # noqa: BLE001 - invalid JSON, not a notebook, unreadable
-        row.status = "not a notebook"
+        row.status = Status.NOT_A_NOTEBOOK
         return row
     chapter_id = identify(nb, path.name, known)
     if chapter_id is None:
-        row.status = "unknown chapter"
+        row.status = Status.UNKNOWN_CHAPTER
         return row
     row.chapter = chapter_id
     chapter = known[chapter_id]
+    untrusted = sorted({path.parent.resolve(), (folder or path.parent).resolve()})
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-        row.status, results = _run_with_retry(path, chapter, timeout, Path(workdir))
+        run = _run_with_retry(path, chapter, timeout, Path(workdir), untrusted)
+    row.status, row.detail = run.status, run.detail
     for function, _ in chapter.exercises:
-        entry = results.get(function)
-        row.results[function] = entry["result"] if entry else "missing"
-        row.reports[function] = entry["report"] if entry else f"{function}: not graded ({row.status})."
+        entry = run.results.get(function)
+        if run.status is not Status.OK:
+            row.results[function] = Result.NOT_GRADED
+            row.reports[function] = (f"{function}: not graded: {_WHY_NOT_GRADED[run.status]} "
+                                     f"({run.status.value}).")
+        elif entry is None:  # the grading cell wrote no result for it: treat as undefined
+            row.results[function] = Result.MISSING
+            row.reports[function] = f"{function}: not defined in the notebook."
+        else:
+            row.results[function] = Result(entry["result"])
+            row.reports[function] = entry["report"]
     return row
 
 
@@ -221,17 +271,17 @@ def submissions(folder: Path) -> tuple[list[tuple[str, Path]], list[str]]:
 
 
 def write_gradebook(rows: list[Row], known: dict[str, Chapter], out: Path) -> None:
-    columns = [f"{c.id}:{fn}" for c in known.values() for fn, _ in c.exercises]
+    columns = [(c.id, fn) for c in known.values() for fn, _ in c.exercises]
     with out.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "notebook", "chapter", "passed", "total", "status", *columns])
+        writer.writerow(["student", "notebook", "chapter", "passed", "total", "status",
+                         *[f"{chapter}:{fn}" for chapter, fn in columns]])
         for row in rows:
             total = len(known[row.chapter].exercises) if row.chapter else 0
-            passed = sum(result == "pass" for result in row.results.values())
-            cells = [row.results.get(col.split(":", 1)[1], "") if col.startswith(f"{row.chapter}:")
-                     else "" for col in columns]
-            writer.writerow([row.student, row.notebook, row.chapter, passed, total, row.status,
-                             *cells])
+            passed = sum(result is Result.PASS for result in row.results.values())
+            cells = [row.cell(fn) if chapter == row.chapter else "" for chapter, fn in columns]
+            writer.writerow([row.student, row.notebook, row.chapter, passed, total,
+                             row.status.value, *cells])
 
 
 def write_feedback(rows: list[Row], folder: Path) -> None:
@@ -242,20 +292,23 @@ def write_feedback(rows: list[Row], folder: Path) -> None:
     for student, student_rows in by_student.items():
         lines = [f"# Feedback for {student}", ""]
         for row in student_rows:
-            passed = sum(r == "pass" for r in row.results.values())
+            passed = sum(r is Result.PASS for r in row.results.values())
             lines += [f"## {row.notebook}", ""]
-            if row.status != "ok":
-                lines += [f"Status: {row.status}.", ""]
+            if row.status is not Status.OK:
+                why = f": {_WHY_NOT_GRADED[row.status]}" if row.status in _WHY_NOT_GRADED else ""
+                lines += [f"Status: {row.status.value}{why}.", ""]
+                if row.detail:
+                    lines += [f"Detail: {row.detail}.", ""]
             if row.chapter:
                 lines += [f"Chapter `{row.chapter}`: {passed} of {len(row.results)} exercises "
                           "passed.", ""]
             for function, report in row.reports.items():
-                lines += [f"### `{function}`: {row.results[function]}", "", "```text",
+                lines += [f"### `{function}`: {row.cell(function)}", "", "```text",
                           report.strip(), "```", ""]
         (folder / f"{student}.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def grade(folder: Path, out: Path, jobs: int = 1, timeout: float = DEFAULT_TIMEOUT,
+def grade(folder: Path, out: Path, jobs: int = DEFAULT_JOBS, timeout: float = DEFAULT_TIMEOUT,
           progress: bool = True) -> list[Row]:
     """Grade every submission under ``folder``; write the gradebook to ``out`` and the
     feedback beside it. Returns the rows."""
@@ -265,14 +318,14 @@ def grade(folder: Path, out: Path, jobs: int = 1, timeout: float = DEFAULT_TIMEO
         raise ValueError(f"--jobs ({jobs}) and --timeout ({timeout}) must be positive")
     known = chapters()
     found, empty = submissions(folder)
-    rows = [Row(student, "", status="no notebook") for student in empty]
+    rows = [Row(student, "", status=Status.NO_NOTEBOOK) for student in empty]
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(found), unit="notebook", desc="grading")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(grade_notebook, path, student, known, timeout)
+        futures = [pool.submit(grade_notebook, path, student, known, timeout, folder / student)
                    for student, path in found]
         for future in as_completed(futures):
             rows.append(future.result())
@@ -290,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submissions", type=Path, help="one folder per student")
     parser.add_argument("--out", type=Path, default=Path("gradebook.csv"))
-    parser.add_argument("--jobs", type=int, default=1, help="notebooks run in parallel")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                        help=f"notebooks run in parallel (default {DEFAULT_JOBS})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help="seconds allowed for one notebook, start to end")
+                        help=f"seconds for a notebook, start to end (default {DEFAULT_TIMEOUT})")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -300,9 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
-    problems = [r for r in rows if r.status != "ok"]
+    problems = [r for r in rows if r.status is not Status.OK]
     print(f"graded {len(rows) - len(problems)} notebook(s); {len(problems)} with problems "
-          f"({', '.join(sorted({r.status for r in problems})) or 'none'}); "
+          f"({', '.join(sorted({r.status.value for r in problems})) or 'none'}); "
           f"{time.perf_counter() - start:.0f} s; gradebook: {args.out}, feedback: "
           f"{args.out.parent / 'feedback'}")
     return 0

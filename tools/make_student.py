@@ -48,10 +48,12 @@ notebook, the cell and the line, before anything is written.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import re
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -73,6 +75,7 @@ _SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
 _EXERCISE_OPEN = re.compile(r"^(`{3,}|:{3,})\{exercise\}\s*(.*)$")
 _OPTION = re.compile(r"^:[\w-]+:")
 _CHECK_ASSERT = re.compile(r"^(\s*)assert\s+(check_\w+\(.*\))\s*$")
+_CHECKED_FUNCTION = re.compile(r"^\s*assert\s+(check_\w+)\((\w+)\)\s*$")  # check_x(fn)
 
 
 class MarkerError(ValueError):
@@ -85,9 +88,12 @@ def _where(name: str, index: int, cell, line: int | None = None) -> str:
     return f"{name}, cell {index} (counting from 0, starts {first[:40]!r}){at}"
 
 
-def strip_solutions(source: str, where: str = "<cell>") -> str:
-    """Replace every solution region of a code cell's ``source`` by the stub."""
-    out: list[str] = []
+def _marked_lines(source: str, where: str = "<cell>"):
+    """The lines of a code cell's ``source``, each as ``(kind, line)``.
+
+    ``kind`` is ``"begin"`` or ``"end"`` for a marker, ``"solution"`` for a line between two
+    markers and ``"code"`` for any other line. A marker out of place raises
+    :class:`MarkerError` naming ``where`` and the line."""
     begin_line = None  # line number of the open region's BEGIN marker, if inside one
     for number, line in enumerate(source.split("\n"), start=1):
         marker = line.strip()
@@ -95,22 +101,81 @@ def strip_solutions(source: str, where: str = "<cell>") -> str:
             if begin_line is not None:
                 raise MarkerError(f"{where}, line {number}: {BEGIN!r} inside the region opened "
                                   f"at line {begin_line}; close it with {END!r} first")
-            indent = line[: len(line) - len(line.lstrip())]
-            if not indent:
+            if not line[: len(line) - len(line.lstrip())]:
                 raise MarkerError(f"{where}, line {number}: a solution region at the top level; "
                                   "put it inside the function the student completes, or the "
                                   "student copy stops at this cell")
-            out += [indent + STUB[0], indent + STUB[1]]
             begin_line = number
+            yield "begin", line
         elif marker == END:
             if begin_line is None:
                 raise MarkerError(f"{where}, line {number}: {END!r} without a {BEGIN!r} before it")
             begin_line = None
-        elif begin_line is None:
-            out.append(_CHECK_ASSERT.sub(r"\1\2", line))
+            yield "end", line
+        else:
+            yield ("code" if begin_line is None else "solution"), line
     if begin_line is not None:
         raise MarkerError(f"{where}, line {begin_line}: {BEGIN!r} without an {END!r} after it")
+
+
+def strip_solutions(source: str, where: str = "<cell>") -> str:
+    """Replace every solution region of a code cell's ``source`` by the stub."""
+    out: list[str] = []
+    for kind, line in _marked_lines(source, where):
+        if kind == "begin":
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [indent + STUB[0], indent + STUB[1]]
+        elif kind == "code":
+            out.append(_CHECK_ASSERT.sub(r"\1\2", line))
     return "\n".join(out)
+
+
+def solution_source(source: str, where: str = "<cell>") -> str:
+    """A code cell's ``source`` with its two marker lines taken out: the reference solution as
+    the book runs it (and as its ``{solution}`` directive shows it)."""
+    return "\n".join(line for kind, line in _marked_lines(source, where)
+                     if kind in ("code", "solution"))
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of a chapter: the function the student writes and its checker."""
+
+    function: str  # the function the solution region sits in, e.g. "split_qkv"
+    checker: str  # the checker the chapter asserts on it, e.g. "check_split_qkv"
+    cell: int  # the index of the cell with the solution region
+    solution: str  # that cell's source without the marker lines
+
+
+def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
+    """The exercises of chapter ``nb``, in page order: every function holding a solution
+    region whose name a later code cell checks with ``assert check_<name>(<name>)``.
+
+    Raises:
+        MarkerError: a marker out of place, or a solution region whose function no cell
+            checks."""
+    checked = {}  # function -> checker, from every `assert check_x(fn)` of the chapter
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for line in cell.source.split("\n"):
+                found = _CHECKED_FUNCTION.match(line)
+                if found:
+                    checked.setdefault(found.group(2), found.group(1))
+    found_exercises = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or BEGIN not in cell.source:
+            continue
+        where = _where(name, index, cell)
+        solution = solution_source(cell.source, where)
+        functions = [node.name for node in ast.parse(solution).body
+                     if isinstance(node, ast.FunctionDef)]
+        names = [fn for fn in functions if fn in checked]
+        if not names:
+            raise MarkerError(f"{where}: no cell checks a function of this cell "
+                              f"({', '.join(functions) or 'none defined'}) with "
+                              "`assert check_<name>(<name>)`")
+        found_exercises += [Exercise(fn, checked[fn], index, solution) for fn in names]
+    return found_exercises
 
 
 def _is_solution_cell(cell, where: str) -> bool:

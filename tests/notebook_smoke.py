@@ -1,0 +1,178 @@
+"""The smoke subset of a notebook: the cells that prove an environment can run the book.
+
+The book build and nbval execute every cell of every notebook in the maintainers'
+environment. The tests of the readers' environments (``test_colab.py``: Colab's versions;
+``test_binder.py``: Binder's) execute, of each notebook, only:
+
+- the setup cell (it installs the library where it is missing, as on Colab);
+- the first code cell after it, the chapter's imports (every import of the chapter works with
+  that environment's versions);
+- every explorer cell, a code cell that calls a function of ``transformer_lib.widgets`` or
+  uses ``ipywidgets``, so that every widget the book shows is built there;
+- the cells those cells need: for each name a kept cell uses and does not define first, the
+  last earlier code cell that binds it at the top level, and so on. A name that no earlier
+  cell binds (and that is no builtin) keeps every code cell before the cell that uses it.
+
+What a cell binds and uses is read from its syntax (Python's ``ast``): assignments, ``def``,
+``class``, imports, ``for``/``with`` targets at the top level; every name loaded, including
+the globals that functions defined in the cell read. A cell that is not Python (``%magic``)
+binds and needs nothing here.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+
+import nbformat
+
+from setup_cell import is_setup_cell
+
+_BUILTINS = set(dir(builtins)) | {"display", "get_ipython", "__name__", "__file__"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _stored(node: ast.AST) -> set[str]:
+    """Names that ``node`` binds in its own scope (not inside functions or comprehensions)."""
+    names: set[str] = set()
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(current.name)
+            continue
+        if isinstance(current, (ast.Lambda, *_COMPREHENSIONS)):
+            continue
+        if isinstance(current, ast.Name) and isinstance(current.ctx, (ast.Store, ast.Del)):
+            names.add(current.id)
+        elif isinstance(current, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name.split(".")[0]) for a in current.names if a.name != "*"}
+        elif isinstance(current, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and getattr(
+                current, "name", None):
+            names.add(current.name)
+        todo.extend(ast.iter_child_nodes(current))
+    return names
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    """Names that ``node`` reads from its module: those it loads, less those that a function,
+    lambda or comprehension inside it binds for itself (its arguments and locals)."""
+    names: set[str] = set()
+    todo: list[tuple[ast.AST, frozenset[str]]] = [(node, frozenset())]
+    while todo:
+        current, local = todo.pop()
+        if isinstance(current, _SCOPES + _COMPREHENSIONS):
+            inner = set(local)
+            if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                arguments = current.args
+                inner |= {a.arg for a in (*arguments.posonlyargs, *arguments.args,
+                                          *arguments.kwonlyargs)}
+                inner |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a}
+                body = current.body if isinstance(current.body, list) else [current.body]
+                inner |= set().union(*(_stored(b) for b in body))
+                for default in (*arguments.defaults, *arguments.kw_defaults):
+                    if default is not None:
+                        todo.append((default, local))
+                todo += [(decorator, local) for decorator in getattr(current, "decorator_list",
+                                                                      [])]
+                todo += [(b, frozenset(inner)) for b in body]
+                continue
+            if isinstance(current, ast.ClassDef):
+                todo += [(b, local) for b in (*current.bases, *current.decorator_list)]
+                todo += [(b, frozenset(inner | set().union(*(_stored(s) for s in current.body))))
+                         for b in current.body]
+                continue
+            for generator in current.generators:  # a comprehension: its targets are local
+                inner |= _stored(generator.target)
+            todo += [(child, frozenset(inner)) for child in ast.iter_child_nodes(current)]
+            continue
+        if isinstance(current, ast.AugAssign) and isinstance(current.target, ast.Name):
+            if current.target.id not in local:  # `x += 1` reads x first
+                names.add(current.target.id)
+        if isinstance(current, ast.Name) and isinstance(current.ctx, ast.Load):
+            if current.id not in local:
+                names.add(current.id)
+        todo += [(child, local) for child in ast.iter_child_nodes(current)]
+    return names
+
+
+def cell_names(source: str) -> tuple[set[str], set[str]]:
+    """``(binds, needs)`` of a code cell: the names it binds at the top level, and the names it
+    reads before (or without) binding them itself, builtins aside."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax: not Python
+        return set(), set()
+    binds: set[str] = set()
+    needs: set[str] = set()
+    for statement in tree.body:
+        needs |= _loaded(statement) - binds
+        binds |= _stored(statement)
+    return binds, needs - _BUILTINS
+
+
+def _widget_names(nb) -> set[str]:
+    """The names a notebook imports from ``transformer_lib.widgets`` (and ipywidgets' own)."""
+    names = {"ipywidgets", "widgets"}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "transformer_lib.widgets":
+                names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def explorer_cells(nb) -> list[int]:
+    """Indices of the code cells that build a widget (the book's explorers)."""
+    names = _widget_names(nb)
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or is_setup_cell(cell):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        if _loaded(tree) & names:
+            found.append(index)
+    return found
+
+
+def _imports_cell(nb) -> int | None:
+    """Index of the first code cell after the setup cell (the chapter's imports)."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not is_setup_cell(c)]
+    return code[0] if code else None
+
+
+def smoke_cells(nb) -> list[int]:
+    """Indices, in page order, of the cells of the smoke subset of ``nb`` (see the module)."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    names = {i: cell_names(nb.cells[i].source) for i in code}
+    keep = {i for i in code if is_setup_cell(nb.cells[i])}
+    todo = [i for i in (_imports_cell(nb), *explorer_cells(nb)) if i is not None]
+    while todo:
+        index = todo.pop()
+        if index in keep:
+            continue
+        keep.add(index)
+        earlier = [i for i in code if i < index]
+        for name in names[index][1]:
+            binders = [i for i in earlier if name in names[i][0]]
+            todo += [binders[-1]] if binders else earlier  # untraceable: everything before
+    return sorted(keep)
+
+
+def smoke_notebook(nb):
+    """A copy of ``nb`` with only the cells of its smoke subset, outputs cleared."""
+    smoke = copy.deepcopy(nb)
+    smoke.cells = [copy.deepcopy(nb.cells[i]) for i in smoke_cells(nb)]
+    for cell in smoke.cells:
+        cell.outputs, cell.execution_count = [], None
+    nbformat.validate(smoke)
+    return smoke
