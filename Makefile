@@ -1,7 +1,8 @@
 # Two commands on a fresh machine (Python >= 3.10):
 #   make book   build the whole book into _build/html
 #   make test   build the book, then run every test (library, notebooks, book, browser, Colab-like)
-# Both create .venv and install requirements.txt the first time. For instructors,
+# Both create .venv and install requirements.txt the first time. For contributors, `make check`
+# is the quick loop (ruff and the library's tests, no book; under a minute). For instructors,
 # `make student` writes the chapters without their solutions into exercises/.
 
 PYTHON   ?= python3
@@ -10,7 +11,7 @@ PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells student grade test bench clean
+.PHONY: install book setup-cells student grade lint check test bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,13 +32,12 @@ student: $(STAMP)
 	@$(PY) tools/exercise_page.py
 
 # Grade submitted student notebooks: make grade SUBMISSIONS=path/to/submissions (one folder per
-# student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS and TIMEOUT
-# are optional). Instructor tooling, not part of the library.
-JOBS    ?= 2
-TIMEOUT ?= 180
+# student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS, TIMEOUT and
+# OUT are optional, and passed on only when set: the defaults are tools/grade.py's, shown by
+# `tools/grade.py --help`). Instructor tooling, not part of the library.
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=folder [JOBS=2] [TIMEOUT=180]"; exit 2)
-	@$(PY) tools/grade.py "$(SUBMISSIONS)" --out "$(or $(OUT),gradebook.csv)" --jobs $(JOBS) --timeout $(TIMEOUT)
+	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=folder [JOBS=n] [TIMEOUT=seconds] [OUT=gradebook.csv]"; exit 2)
+	@$(PY) tools/grade.py "$(SUBMISSIONS)" --out "$(or $(OUT),gradebook.csv)" $(if $(JOBS),--jobs $(JOBS)) $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
 # Every page is rebuilt and every notebook executed, warnings are errors; the whole output goes
 # to _build/book.log, and on failure the lines that matter and the log's path are shown (see
@@ -54,24 +54,42 @@ endif
 # The course's models are tiny, and PyTorch's two threads per process slow down many times
 # over when the other core is busy (measured: training the reversal model took over 300 s
 # instead of about 25 s). Book builds and tests run their kernels single-threaded.
-book test: export OMP_NUM_THREADS := 1
+book test check: export OMP_NUM_THREADS := 1
 
 # Test files are shared out between TEST_WORKERS processes (pytest-xdist), a whole file to one
 # worker so that a file's expensive fixtures (the Colab-like environment, the built book's
 # browser) are made once. Each kernel is single-threaded, so two workers fill two cores.
 TEST_WORKERS ?= 2
 
-# One build, then pytest: the library tests, nbval over chapters/ and appendix/ (see
-# pyproject.toml), the student copies in exercises/ (run by tests/test_student.py), and the
-# book, browser and Colab-like tests, which reuse _build/html.
+# The notebooks nbval executes again (cells must not raise; outputs are not compared, the
+# notebooks assert what they claim). Plain `pytest` collects tests/ only (pyproject.toml); the
+# student copies in exercises/ are never collected here: tests/test_student.py runs each once.
+NOTEBOOK_DIRS := chapters appendix
+NBVAL         := --nbval-lax --nbval-current-env --nbval-cell-timeout=300
+
+# ruff, one build, then pytest: the library tests, nbval over NOTEBOOK_DIRS, the student copies in
+# exercises/ (run by tests/test_student.py), and the book, browser and Colab-like tests, which
+# reuse _build/html.
 # Outside CI the student copies are first regenerated (make student); in CI they are only
 # checked (tests/test_student.py), so a commit that forgot them fails.
-test: book
+test: lint book
 ifndef CI
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
 endif
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=12
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=12 $(NBVAL) tests $(NOTEBOOK_DIRS)
+
+# ruff over the library, tools, benchmarks, tests and chapters (rules: [tool.ruff] in
+# pyproject.toml); the first step of `make check` and of `make test`.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+# The contributor's quick loop: ruff, then tests/ without the book (no notebook executed, no
+# browser, no fresh environment, no GPU, no training run; the markers are in pyproject.toml).
+# `make test` runs all of them.
+QUICK := not slow and not book and not browser and not notebook and not train and not gpu
+check: lint
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m "$(QUICK)" tests
 
 # Timings and memory by hand (not tests): the decoder (ours eager and sdpa against HF Llama,
 # the KV cache) and the peak memory of naive vs tiled attention (README, "Benchmark").

@@ -25,8 +25,14 @@ from urllib.parse import urlparse
 
 import pytest
 
-from book_support import (ensure_built_book, in_ci, launch_urls, notebook_docnames,
-                          source_of, toc_docnames)
+from book_support import (
+    ensure_built_book,
+    in_ci,
+    launch_urls,
+    notebook_docnames,
+    source_of,
+    toc_docnames,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.book]
 

@@ -1,18 +1,49 @@
-"""The README documents what the chapters use: every name a notebook imports from
-``transformer_lib`` appears in the README's API overview."""
+"""The README is the course's front page: short, with the commands that exist, links that
+resolve, and a chapter table that matches the chapters. The manual (CONTRIBUTING.md) is
+checked against the code by test_contributing.py."""
 import ast
 import re
 from pathlib import Path
 
 import nbformat
-import pytest
+
+import test_layering
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
+README = ROOT / "README.md"
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 
-def _imported_names(path: Path) -> set[tuple[str, str]]:
-    """(module, name) for every ``from transformer_lib.x import name`` in a notebook."""
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def test_readme_is_a_front_page():
+    text = _text()
+    assert len(text.splitlines()) <= 150, "keep the README short: the manual is CONTRIBUTING.md"
+    for command in ("make book", "make test", "make check", "make student", "make grade"):
+        assert f"`{command}" in text, command
+    for target in ("CONTRIBUTING.md", "appendix/instructors.md", "LICENSE", "LICENSE-TEXT",
+                   "CHANGELOG.md"):
+        assert f"]({target})" in text, f"the README does not link {target}"
+
+
+def test_readme_links_resolve():
+    links = re.findall(r"\]\(([^)]+)\)", _text())
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert local, "no local links found"
+    missing = [link for link in local if not (ROOT / link.split("#")[0]).exists()]
+    assert not missing, f"the README links files that do not exist: {missing}"
+
+
+def _title(path: Path) -> str:
+    first = nbformat.read(path, as_version=4).cells[0].source
+    return first.splitlines()[0].removeprefix("# ").strip()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The library modules a notebook imports (``variants`` for ``variants.mla``), the
+    checkers aside: every chapter imports those."""
     found = set()
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type != "code":
@@ -20,27 +51,21 @@ def _imported_names(path: Path) -> set[tuple[str, str]]:
         source = "\n".join(line for line in cell.source.splitlines()
                            if not line.lstrip().startswith(("!", "%")))
         for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib."):
-                found |= {(node.module, alias.name) for alias in node.names}
-    return found
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found |= {n.split(".")[1] for n in names
+                      if n.startswith("transformer_lib.")}
+    return found - {"checks"}
 
 
-def _api_overview() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.search(r"^## API overview\n(.*?)^## ", readme, re.S | re.M).group(1)
-
-
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_api_overview_lists_what_the_notebook_imports(notebook):
-    overview = _api_overview()
-    missing = []
-    for module, name in sorted(_imported_names(notebook)):
-        section = re.search(rf"^- `{re.escape(module)}`.*?(?=^- `transformer_lib|\Z)",
-                            overview, re.S | re.M)
-        if module == "transformer_lib.checks":
-            ok = section is not None  # one checker per exercise: listed under "For instructors"
-        else:
-            ok = section is not None and re.search(rf"`{re.escape(name)}\b", section.group(0))
-        if not ok:
-            missing.append(f"{module}.{name}")
-    assert not missing, f"README's API overview does not list {missing}"
+def test_chapter_table_lists_every_chapter_with_its_title_and_the_modules_it_imports():
+    rows = re.findall(r"^\| (\d+)\. ([^|]+) \| [^|]+ \| ([^|]+) \|$", _text(), re.M)
+    assert [int(number) for number, _, _ in rows] == [int(p.name[:2]) for p in CHAPTERS]
+    modules = test_layering.CORE | test_layering.MODELS | test_layering.TEACHING
+    for (number, title, used), path in zip(rows, CHAPTERS):
+        assert title.strip() == _title(path), f"chapter {number}: {title!r}"
+        named = set(re.findall(r"`(\w+)`", used))
+        assert named <= modules, f"chapter {number}: not library modules: {named - modules}"
+        assert named == _imported_modules(path), (
+            f"chapter {number} imports {sorted(_imported_modules(path))}, the README says "
+            f"{sorted(named)}")

@@ -383,6 +383,7 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
+@pytest.mark.notebook
 def test_student_copy_runs_and_reports_not_attempted(chapter):
     """Executed top to bottom, as a student would on receiving it: no cell fails, and every
     checker says the exercise is not attempted yet. This is the only run of the copies
@@ -593,13 +594,16 @@ def test_student_copies_are_not_part_of_the_book():
 
 def test_student_copies_are_run_once():
     """Every copy in exercises/ is executed by test_student_copy_runs_and_reports_not_attempted,
-    and by nothing else: nbval, which runs the notebooks under pytest's testpaths, is not
-    pointed at exercises/."""
+    and by nothing else: nbval, which runs the notebooks in the folders `make test` names
+    (NOTEBOOK_DIRS in the Makefile) and pytest's testpaths, is not pointed at exercises/."""
     import tomllib
 
     pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     pytest_config = pytest_config["tool"]["pytest"]["ini_options"]
-    collected = [ROOT / path for path in pytest_config["testpaths"]]
+    (dirs,) = re.findall(r"^NOTEBOOK_DIRS\s*:=(.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert "$(NOTEBOOK_DIRS)" in (ROOT / "Makefile").read_text(), "make test runs no notebook"
+    collected = [ROOT / path for path in [*pytest_config["testpaths"], *dirs.split()]]
+    assert ROOT / "chapters" in collected, f"nbval would not run the chapters: {collected}"
     assert not any(EXERCISES.is_relative_to(path) or path.is_relative_to(EXERCISES)
                    for path in collected), f"nbval would run exercises/ again: {collected}"
     assert "exercises" not in pytest_config["addopts"]
