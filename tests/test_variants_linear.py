@@ -142,7 +142,7 @@ def test_gated_with_alpha_one_is_the_delta_rule():
 def test_delta_chunked_equals_recurrent(dtype, tol, chunk_size, with_state):
     q, k, v, _, beta, state = inputs(dtype)
     state = state if with_state else None
-    out, final = delta_rule_chunked(q, k, v, beta, chunk_size, state)
+    out, final = delta_rule_chunked(q, k, v, beta, chunk_size=chunk_size, state=state)
     ref_out, ref_state = delta_rule_recurrent(q, k, v, beta, state)
     assert out.shape == (B, H, T, DV) and out.dtype == dtype
     assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
@@ -157,7 +157,8 @@ def test_gated_chunked_equals_recurrent(dtype, tol, chunk_size, alpha_kind):
         alpha = torch.full_like(alpha, 1e-3)
     elif alpha_kind == "one":
         alpha = torch.ones_like(alpha)
-    out, final = gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size, state)
+    out, final = gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=chunk_size,
+                                          state=state)
     ref_out, ref_state = gated_delta_rule_recurrent(q, k, v, alpha, beta, state)
     assert torch.isfinite(out).all() and torch.isfinite(final).all()
     assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
@@ -169,7 +170,7 @@ def test_chunked_short_sequences(T_short):
     for chunked, recurrent, gates in ((delta_rule_chunked, delta_rule_recurrent, (beta,)),
                                       (gated_delta_rule_chunked, gated_delta_rule_recurrent,
                                        (alpha, beta))):
-        out, final = chunked(q, k, v, *gates, 4, state)
+        out, final = chunked(q, k, v, *gates, chunk_size=4, state=state)
         ref_out, ref_state = recurrent(q, k, v, *gates, state)
         assert max_err(out, ref_out) < 1e-9 and max_err(final, ref_state) < 1e-9
 
@@ -179,9 +180,10 @@ def test_chunked_short_sequences(T_short):
 FORMS = {
     "linear": lambda q, k, v, a, b, s: linear_attention_recurrent(q, k, v, s),
     "delta": lambda q, k, v, a, b, s: delta_rule_recurrent(q, k, v, b, s),
-    "delta_chunked": lambda q, k, v, a, b, s: delta_rule_chunked(q, k, v, b, 16, s),
+    "delta_chunked": lambda q, k, v, a, b, s: delta_rule_chunked(q, k, v, b, chunk_size=16, state=s),
     "gated": lambda q, k, v, a, b, s: gated_delta_rule_recurrent(q, k, v, a, b, s),
-    "gated_chunked": lambda q, k, v, a, b, s: gated_delta_rule_chunked(q, k, v, a, b, 16, s),
+    "gated_chunked": lambda q, k, v, a, b, s: gated_delta_rule_chunked(q, k, v, a, b, chunk_size=16,
+                                                                         state=s),
 }
 
 
@@ -238,16 +240,16 @@ def test_chunked_and_recurrent_give_the_same_gradients(gated):
     leaves = [x.requires_grad_(True) for x in (q, k, v, alpha, beta, state)]
     out_cot, state_cot = torch.randn(B, H, 37, DV, dtype=torch.float64), torch.randn_like(state)
 
-    def grads(fn, *args):
-        out, final = fn(*args)
+    def grads(fn, *args, **kwargs):
+        out, final = fn(*args, **kwargs)
         loss = (out * out_cot).sum() + (final * state_cot).sum()
         return torch.autograd.grad(loss, leaves if gated else leaves[:3] + leaves[4:])
 
     if gated:
-        chunked = grads(gated_delta_rule_chunked, q, k, v, alpha, beta, 8, state)
+        chunked = grads(gated_delta_rule_chunked, q, k, v, alpha, beta, chunk_size=8, state=state)
         recurrent = grads(gated_delta_rule_recurrent, q, k, v, alpha, beta, state)
     else:
-        chunked = grads(delta_rule_chunked, q, k, v, beta, 8, state)
+        chunked = grads(delta_rule_chunked, q, k, v, beta, chunk_size=8, state=state)
         recurrent = grads(delta_rule_recurrent, q, k, v, beta, state)
     for a, b in zip(chunked, recurrent):
         assert a.abs().max() > 1e-3  # every input matters
@@ -257,7 +259,7 @@ def test_chunked_and_recurrent_give_the_same_gradients(gated):
 def test_tiny_alpha_gives_finite_gradients_in_fp32():
     q, k, v, _, beta, state = inputs(torch.float32)
     alpha = torch.full((B, H, T), 1e-3).requires_grad_(True)
-    out, final = gated_delta_rule_chunked(q, k, v, alpha, beta, 64, state)
+    out, final = gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=64, state=state)
     (grad,) = torch.autograd.grad(out.sum() + final.sum(), alpha)
     assert torch.isfinite(grad).all()
 
@@ -300,7 +302,7 @@ def bad_calls():
          "alpha contains NaN"),
         (lambda: delta_rule_chunked(q, k, v, beta, chunk_size=0),
          "chunk_size must be positive, got 0"),
-        (lambda: gated_delta_rule_chunked(q, k, v, alpha, beta, 2.5),
+        (lambda: gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=2.5),
          "chunk_size must be an integer"),
         (lambda: linear_attention(q.long(), k, v),
          "q must be a floating-point tensor, got torch.int64"),

@@ -10,10 +10,12 @@ ever grows, so a measurement needs a process of its own, started for it and thro
 How a measurement runs. :func:`peak_memory_rise` starts one worker process
 (``python -m transformer_lib.measure``), which imports torch and the job's module once (about
 1.5 s) and runs nothing else. On Linux it then forks one child per job: a copy of that idle
-process, whose peak starts where the copy's RSS is. Elsewhere (macOS, Windows) each job gets
-a worker of its own. In its process a job is prepared (``job(**kwargs)`` creates the inputs,
-warms up, and returns a function of no arguments), then the current RSS is read, the function
-is called, and the peak RSS is read. The rise, peak minus before, is the memory the call
+process, whose peak starts where the copy's RSS is. Forking a process that has imported torch
+is safe only while no thread of torch has started in it: the worker runs no tensor work before
+it forks, and must stay that way. Elsewhere (macOS, Windows) each job gets a worker of its own.
+In its process a job is prepared (``job(**kwargs)`` creates the inputs, warms up, and returns
+a function of no arguments), then the current RSS is read, the function is called, and the
+peak RSS is read. The rise, peak minus before, is the memory the call
 needed *above its inputs*: every temporary it created, and its output.
 
 What it counts, and its noise:

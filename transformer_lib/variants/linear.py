@@ -19,7 +19,13 @@ and returns the state, so a sequence can be processed in pieces.
 Shapes: q, k ``(B, H, T, Dk)``; v ``(B, H, T, Dv)``; beta, alpha ``(B, H, T)``; state
 ``(B, H, Dv, Dk)``; outputs ``(B, H, T, Dv)``. Chunked forms cut T into N chunks of L tokens.
 Half-precision inputs are computed in fp32 and the results cast back; fp32 and fp64 are
-computed in their own dtype.
+computed in their own dtype. The chunked forms take ``chunk_size`` and ``state`` by keyword.
+
+Conventions, for readers who compare with the flash-linear-attention library (fla): the
+queries are not scaled by ``Dk ** -0.5`` (fla scales them by default); the state is
+``(Dv, Dk)``, so that it reads ``o = S q`` as in the papers (fla keeps ``(Dk, Dv)``); and the
+delta rules L2-normalise q and k inside the function unless ``normalize=False`` (fla leaves
+that to the caller by default).
 """
 from __future__ import annotations
 
@@ -283,8 +289,8 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Ten
     return out, S
 
 
-def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, chunk_size: int = 64,
-                       state: Tensor | None = None, *,
+def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, chunk_size: int = 64,
+                       state: Tensor | None = None,
                        normalize: bool = True) -> tuple[Tensor, Tensor]:
     """DeltaNet, chunkwise-parallel: the same outputs and state as :func:`delta_rule_recurrent`.
 
@@ -323,8 +329,8 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, chunk_size
     return out.to(dtype), S.to(dtype)
 
 
-def gated_delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor,
-                             chunk_size: int = 64, state: Tensor | None = None, *,
+def gated_delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, *,
+                             chunk_size: int = 64, state: Tensor | None = None,
                              normalize: bool = True) -> tuple[Tensor, Tensor]:
     """Gated DeltaNet, chunkwise-parallel: equal to :func:`gated_delta_rule_recurrent`.
 
