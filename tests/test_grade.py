@@ -289,9 +289,11 @@ def test_the_runner_rejects_bad_arguments(tmp_path, capsys):
 def test_make_grade_leaves_the_defaults_to_the_grader():
     """One source for JOBS and TIMEOUT: the Makefile passes them on only when set."""
     def command(*settings):
-        dry = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", "grade",
-                              "SUBMISSIONS=subs", *settings], cwd=ROOT, capture_output=True,
-                             text=True, check=True)
+        # --no-print-directory: under `make test` this make is nested and would add
+        # "Entering/Leaving directory" lines.
+        dry = subprocess.run(["make", "--no-print-directory", "-n", "-o",
+                              ".venv/.installed-stamp", "grade", "SUBMISSIONS=subs", *settings],
+                             cwd=ROOT, capture_output=True, text=True, check=True)
         return dry.stdout.strip().splitlines()[-1]
 
     assert "--jobs" not in command() and "--timeout" not in command()
