@@ -4,9 +4,14 @@ sphinx-thebe's inline configuration (``const THEBE_JS_URL = ...``) and sphinx-to
 selector end up twice in every page, so the browser logs "Identifier 'THEBE_JS_URL' has
 already been declared". This extension keeps the first copy of every script that is exactly
 repeated (same file or same inline body, same attributes), whatever priority it was given.
+
+It also leaves out pydata-sphinx-theme's top navigation bar (see ``drop_navbar``), keeps
+punctuation on the line of the inline formula before it, and lets long names in inline
+code break after a dot or an underscore rather than anywhere (see ``fix_body``).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sphinx.application import Sphinx
@@ -34,7 +39,58 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str,
     scripts[:] = unique
 
 
+def drop_navbar(app: Sphinx, config: Any) -> None:
+    """Leave out pydata-sphinx-theme's top navigation bar (``#pst-header``).
+
+    Under sphinx-book-theme it holds only a second search box (the sidebar and the article
+    header have one each), and pydata-sphinx-theme 0.17 puts a second ``.primary-toggle`` and
+    ``.secondary-toggle`` button in it. Both themes' scripts bind ``querySelector`` of these
+    classes, that is the first match: the bar's hidden button, so the visible ☰ and "contents"
+    buttons of the article header did nothing (pydata-sphinx-theme issue #2451,
+    sphinx-book-theme issue #988). The bar is drawn only when one of its ``navbar_*`` lists is
+    set, and pydata-sphinx-theme sets ``navbar_persistent`` to the search field unless the
+    book sets it: an empty list leaves the bar, and its duplicate buttons, out.
+
+    Once sphinx-book-theme drops these buttons from the bar itself (its pull requests #991 and
+    #1000), this function can go, with the pins of both themes in requirements.txt.
+    """
+    config.html_theme_options.setdefault("navbar_persistent", [])
+
+
+# Inline math as Sphinx writes it, then the punctuation that follows it.
+_MATH_THEN_PUNCTUATION = re.compile(
+    r'(<span class="math notranslate nohighlight">[^<]*</span>)([.,;:!?)\]’”]+)')
+# The text of inline code (``<code class="... literal ..."><span class="pre">...</span>``).
+_CODE_TEXT = re.compile(r'(<span class="pre">)([^<]*)(</span>)')
+# Where a long name may break: before a dot and after an underscore that join two parts of
+# a name (so not inside ``__init__``, nor in a number such as ``0.5``).
+_NAME_BREAK = re.compile(r"(?<=\w)(?=\.[A-Za-z_])|(?<=[^\W_]_)(?=[^\W_])")
+
+
+def _breakable(match: re.Match) -> str:
+    return match.group(1) + _NAME_BREAK.sub("<wbr>", match.group(2)) + match.group(3)
+
+
+def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
+             doctree: Any) -> None:
+    """Two line-breaking fixes to the page's HTML.
+
+    - An inline formula and the punctuation after it go into one ``span.math-nowrap``
+      (``white-space: nowrap`` in book.css), so that a comma or full stop never starts a line.
+    - In inline code, ``<wbr>`` marks where a long name may break (before ``.``, after ``_``):
+      book.css then breaks names there instead of anywhere, and a table whose names do not fit
+      a phone scrolls in its own box instead of breaking them mid-word.
+    """
+    body = context.get("body")
+    if not body:
+        return
+    body = _MATH_THEN_PUNCTUATION.sub(r'<span class="math-nowrap">\1\2</span>', body)
+    context["body"] = _CODE_TEXT.sub(_breakable, body)
+
+
 def setup(app: Sphinx) -> dict:
+    app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
+    app.connect("html-page-context", fix_body)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -88,7 +88,17 @@ def ensure_built_book() -> Path:
 
     ``make test`` builds the book just before pytest, so there this reuses that build. The tests
     run in parallel worker processes (pytest-xdist): a lock file makes one worker build while
-    the others wait and then find the build fresh."""
+    the others wait and then find the build fresh.
+
+    With ``BOOK_HTML`` set to a folder (a build made elsewhere, e.g. with
+    ``jupyter-book build . --path-output DIR``: ``DIR/_build/html``), that folder is used as it
+    is: nothing is built or checked for staleness."""
+    override = os.environ.get("BOOK_HTML")
+    if override:
+        html = Path(override)
+        if not (html / "index.html").exists():
+            pytest.fail(f"BOOK_HTML={override} holds no built book (no index.html)")
+        return html
     LOCK.parent.mkdir(parents=True, exist_ok=True)
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -8,6 +8,15 @@ moved with the arrow keys, and each move changes the picture, with no Python ker
 the page. At a phone's width (390 px) no page scrolls sideways, and widget controls keep
 usable tracks.
 
+Reading: the sidebar buttons (☰ and "contents") open and close their drawers when tapped on
+a phone and ☰ collapses the sidebar on a desktop; at 320, 360 and 390 px no formula is
+clipped (defined at ``CLIPPED_MATH_JS``); at 1366 × 900 figures are sharp on high-density
+screens, no code, output or table hides behind a sideways scroll, and each chapter's first
+section starts within 1,350 px; the favicon is served; search snippets show no TeX; slider
+handles have a name and a 24 px touch target, and kernel-only controls are not shown.
+
+``BOOK_HTML=/path/to/html`` runs these tests on a build made elsewhere (tests/book_support.py).
+
 Without Chromium or Playwright the test skips with the reason, except in CI (``CI`` set),
 where it fails instead.
 """
@@ -348,6 +357,396 @@ def test_page_fits_a_phone(server, browser, docname):
                 ".cell_output img",
                 "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
             assert pictures and max(pictures) <= PHONE["width"], f"pictures end at {pictures} px"
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+# --- Reading: navigation, formulas, figures, the page's chrome -------------------------------
+
+DESKTOP = {"width": 1366, "height": 900}  # CSS pixels of a common laptop screen
+PHONE_WIDTHS = (320, 360, 390)  # narrow, small and common phones, upright
+MAX_FIRST_SECTION_TOP = 1350  # px from the top of a chapter to its first section heading
+CHAPTER_PAGES = [d for d in toc_docnames() if d.startswith("chapters/")]
+ALL_PAGES = toc_docnames() + ["genindex", "search"]
+
+# Clipped math, defined. A formula is the mjx-container MathJax draws (inline or display).
+# Walk from it up through its ancestors, carrying the horizontal extent that must stay
+# reachable: at first the formula's whole width (its drawing, mjx-math, even where that
+# reaches past the container's own box). An ancestor that scrolls (overflow-x auto or scroll) makes everything inside
+# it reachable, so from there on only that ancestor's own box has to stay reachable. An
+# ancestor that clips (overflow-x hidden or clip) and ends before the extent does, by more
+# than one pixel on either side, clips the formula. A formula that reaches past the window
+# with no scrolling box of its own around it counts too: the reader would have to scroll
+# the whole page sideways to see its end.
+CLIPPED_MATH_JS = """root => {
+    const scrolls = v => v === 'auto' || v === 'scroll';
+    const clips = v => v === 'hidden' || v === 'clip';
+    const found = [];
+    const tex = new Map();
+    const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+    for (const item of (doc && doc.math) || []) tex.set(item.typesetRoot, item.math);
+    for (const m of root.querySelectorAll('mjx-container')) {
+        if (!m.getClientRects().length) continue;  // not on show (a folded block)
+        if (m.closest('.bd-sidebar-secondary')) continue;  // headings repeated in "Contents"
+        const r = m.getBoundingClientRect();
+        // What MathJax drew (not its hidden copy for screen readers, which may be wider).
+        const drawn = (m.querySelector(':scope > mjx-math') || m).getBoundingClientRect();
+        let left = Math.min(r.left, drawn.left), right = Math.max(r.right, drawn.right);
+        let clippedBy = null;
+        if (scrolls(getComputedStyle(m).overflowX)) { left = r.left; right = r.right; }
+        for (let a = m.parentElement; a && a !== document.documentElement; a = a.parentElement) {
+            const style = getComputedStyle(a), box = a.getBoundingClientRect();
+            const inner = {left: box.left + a.clientLeft,
+                           right: box.left + a.clientLeft + a.clientWidth};
+            if (clips(style.overflowX) && (left < inner.left - 1 || right > inner.right + 1)) {
+                clippedBy = `<${a.tagName.toLowerCase()} class="${a.className}">`;
+                break;
+            }
+            if (scrolls(style.overflowX)) { left = box.left; right = box.right; }
+        }
+        if (!clippedBy && (left < -1 || right > window.innerWidth + 1)) {
+            clippedBy = 'the window';
+        }
+        if (clippedBy) {
+            const what = tex.get(m) || m.textContent;
+            found.push(`${m.getAttribute('display') === 'true' ? 'display' : 'inline'} ` +
+                       `${Math.round(right - left)} px in ${clippedBy}: ${what.slice(0, 70)}`);
+        }
+    }
+    return found;
+}"""
+
+
+def _clipped_math(page, root: str = "main") -> list[str]:
+    """Formulas clipped in the page's text (``root``, the sidebars' copies of headings aside)."""
+    return page.eval_on_selector(root, CLIPPED_MATH_JS)
+
+
+def _phone(page, width: int = PHONE["width"], height: int = PHONE["height"]):
+    """Make ``page`` a phone ``width`` CSS px wide: device scale 2, touch events, the page's
+    viewport meta honoured. Returns the DevTools session (for :func:`_tap`)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 2, "mobile": True})
+    cdp.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    page.wait_for_timeout(300)  # layout after the change
+    return cdp
+
+
+def _tap(cdp, x: float, y: float) -> None:
+    """A finger's tap at (x, y) CSS px of the window: touch start and end (the browser
+    makes the click from them, as on a phone)."""
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]})
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+
+def _centre(locator) -> tuple[float, float]:
+    box = locator.bounding_box()
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+def _only_visible(page, selector: str):
+    """The one element matching ``selector`` that is on show (failing if there is not one)."""
+    shown = page.locator(f"{selector} >> visible=true")
+    assert shown.count() == 1, f"{shown.count()} visible {selector!r} on the page"
+    return shown
+
+
+def _drawer_open(page, which: str) -> bool:
+    return page.evaluate(f"() => !!document.querySelector('#pst-{which}-sidebar-modal')?.open")
+
+
+@pytest.mark.parametrize("docname", ["chapters/01_attention", "intro"])
+def test_sidebar_toggles_open_and_close_the_drawers_on_a_phone(server, browser, docname):
+    """Tap ☰ at 390 px: the table of contents opens in a drawer; a tap beside it closes it.
+    The same for the "contents" button (this page's sections) where the page shows one."""
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        cdp = _phone(page)
+        for which, selector in (("primary", ".primary-toggle"),
+                                ("secondary", ".secondary-toggle")):
+            if which == "secondary" and not page.locator(f"{selector} >> visible=true").count():
+                continue  # a page without sections has no "contents" button
+            button = _only_visible(page, selector)
+            assert not _drawer_open(page, which)
+            _tap(cdp, *_centre(button))
+            page.wait_for_timeout(300)
+            assert _drawer_open(page, which), f"tapping {selector} did not open the {which} drawer"
+            links = page.locator(f"#pst-{which}-sidebar-modal a >> visible=true")
+            assert links.count() > 0, f"the {which} drawer is open but shows no links"
+            drawer = page.locator(f"#pst-{which}-sidebar-modal").bounding_box()
+            # Beside the drawer: the primary one is on the left, the secondary one on the right.
+            x = PHONE["width"] - 8 if which == "primary" else 8
+            assert not drawer["x"] <= x <= drawer["x"] + drawer["width"]
+            _tap(cdp, x, PHONE["height"] / 2)
+            page.wait_for_timeout(300)
+            assert not _drawer_open(page, which), f"a tap beside the {which} drawer left it open"
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+def test_primary_toggle_collapses_the_sidebar_on_a_desktop(server, browser):
+    """At 1366 px the table of contents is a sidebar; ☰ hides it and brings it back."""
+    page, problems = browser.open(f"{server}/chapters/01_attention.html")
+    try:
+        page.set_viewport_size(DESKTOP)
+        page.wait_for_timeout(300)
+        sidebar = page.locator("#pst-primary-sidebar")
+        article = page.locator("article.bd-article")
+        assert sidebar.is_visible()
+        wide_as_shown = article.bounding_box()["width"]
+        button = _only_visible(page, ".primary-toggle")
+        button.click()
+        page.wait_for_timeout(600)  # the theme slides the sidebar out
+        assert not sidebar.is_visible(), "☰ did not hide the sidebar"
+        assert not _drawer_open(page, "primary"), "☰ opened a drawer on a desktop"
+        assert article.bounding_box()["width"] >= wide_as_shown, "the text did not widen"
+        button.click()
+        page.wait_for_timeout(600)
+        assert sidebar.is_visible(), "☰ did not bring the sidebar back"
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+def test_the_clipped_math_check_sees_clipping(server, browser):
+    """The check itself, on boxes built to clip or not, and on two long formulas with the
+    book's styles and with styles that clip (the theme's clipped wide formulas on phones)."""
+    page, _ = browser.open(f"{server}/chapters/01_attention.html")
+    try:
+        found = page.evaluate("""() => {
+            const box = document.createElement('div');
+            box.id = 'math-cases';
+            const wide =
+                '<mjx-container style="display:inline-block;width:300px">x</mjx-container>';
+            box.innerHTML =
+                `<div id="hidden" style="width:100px;overflow:hidden">${wide}</div>` +
+                `<div id="scrolls" style="width:100px;overflow-x:auto">${wide}</div>` +
+                `<div id="nested" style="width:100px;overflow:hidden"><div ` +
+                    `style="width:200px;overflow-x:auto">${wide}</div></div>` +
+                `<div id="fits" style="width:400px;overflow:hidden">${wide}</div>`;
+            document.querySelector('main').prepend(box);
+            return true;
+        }""")
+        assert found
+        assert len(_clipped_math(page, "#hidden")) == 1
+        assert _clipped_math(page, "#scrolls") == []
+        assert len(_clipped_math(page, "#nested")) == 1  # scrolls, but in a box that clips
+        assert _clipped_math(page, "#fits") == []
+        page.evaluate("() => document.getElementById('math-cases').remove()")
+
+        # Two real formulas too wide for a phone, typeset by the page's MathJax: with the book's
+        # styles neither is clipped; with the theme's `overflow: hidden` on math put back, and
+        # a display formula's box that does not scroll, both are.
+        long = " + ".join(f"x_{{{k}}} W_{{{k}}}" for k in range(14))
+        page.evaluate("""async ([display, inline]) => {
+            const box = document.createElement('div');
+            box.id = 'long-formulas';
+            const d = document.createElement('div');
+            d.className = 'math notranslate nohighlight';
+            d.textContent = display;
+            const p = document.createElement('p');
+            const s = document.createElement('span');
+            s.className = 'math notranslate nohighlight';
+            s.textContent = inline;
+            p.append('so ', s, ' holds.');
+            box.append(d, p);
+            document.querySelector('main article').prepend(box);
+            await MathJax.typesetPromise([box]);
+        }""", [f"\\[{long}\\]", f"\\({long}\\)"])
+        _phone(page, 320)
+        page.evaluate("() => window.dispatchEvent(new Event('resize'))")  # book.js re-measures
+        page.wait_for_timeout(300)
+        assert _clipped_math(page, "#long-formulas") == []
+        page.add_style_tag(content="""
+            div.math, span.math { overflow: hidden !important; }
+            div.math mjx-container { overflow: visible !important; }""")
+        page.wait_for_timeout(300)
+        clipped = _clipped_math(page, "#long-formulas")
+        assert [c.split()[0] for c in clipped] == ["display", "inline"], clipped
+    finally:
+        page.close()
+
+
+def _unfold(page) -> None:
+    """Open every folded block (solutions, hints, folded code): what they hide is read too."""
+    page.evaluate("""() => {
+        document.querySelectorAll('.toggle-hidden')
+            .forEach(e => e.classList.remove('toggle-hidden'));
+        document.querySelectorAll('details').forEach(d => { d.open = true; });
+    }""")
+
+
+@pytest.mark.parametrize("docname", ALL_PAGES)
+def test_no_formula_is_clipped_on_a_phone(server, browser, docname):
+    """At 320, 360 and 390 px every formula, folded blocks opened, is whole on screen or
+    scrolls in its own box."""
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        _unfold(page)
+        clipped = {}
+        for width in PHONE_WIDTHS:
+            _phone(page, width)
+            found = _clipped_math(page)
+            if found:
+                clipped[width] = found
+        assert not clipped, f"{docname}: clipped formulas (width: list): {clipped}"
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+_DESKTOP_MEASURES = """() => {
+    const shown = e => e.getClientRects().length > 0;
+    const inWidget = e => !!e.closest('.jupyter-widgets, .widget-vbox');
+    const describe = e => `<${e.tagName.toLowerCase()} class="${e.className}"> ` +
+        (e.textContent || '').trim().slice(0, 50);
+    // Figures: pictures a cell drew (not the frames of an explorer, which have their own rule).
+    const figures = Array.from(document.querySelectorAll('.cell_output img'))
+        .filter(i => shown(i) && !inWidget(i))
+        .map(i => ({src: (i.currentSrc || i.src).slice(0, 80),
+                    svg: /\\.svg($|\\?)|^data:image\\/svg/.test(i.currentSrc || i.src),
+                    natural: i.naturalWidth,
+                    shown: Math.round(i.getBoundingClientRect().width)}));
+    const sideways = Array.from(document.querySelectorAll(
+            'article pre, article .cell_output .output, article table, ' +
+            'article .pst-scrollable-table-container'))
+        .filter(e => shown(e) && !inWidget(e) && e.scrollWidth > e.clientWidth + 1)
+        .map(e => `${describe(e)} (${e.scrollWidth} > ${e.clientWidth} px)`);
+    const h2 = document.querySelector('article h2');
+    return {figures, sideways,
+            firstSection: h2 ? Math.round(h2.getBoundingClientRect().top + window.scrollY) : null,
+            icon: (document.querySelector('link[rel~="icon"]') || {}).href || null};
+}"""
+
+
+@functools.lru_cache(maxsize=None)
+def _measure_on_a_desktop(base: str, docname: str, browser) -> dict:
+    """What the desktop tests look at on one page at 1366 × 900, measured once per page."""
+    page, problems = browser.open(f"{base}/{docname}.html")
+    try:
+        page.set_viewport_size(DESKTOP)
+        if docname in WIDGET_PAGES:
+            _wait_for_widgets(page)
+        _scroll_through(page)
+        _wait_for_images(page)
+        page.wait_for_timeout(300)
+        found = page.evaluate(_DESKTOP_MEASURES)
+        found["problems"] = list(problems)
+        return found
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("docname", ALL_PAGES)
+def test_figures_are_sharp_on_high_density_screens(server, browser, docname):
+    """Every figure a cell drew is SVG, or a PNG with at least 2 pixels per CSS pixel shown."""
+    figures = _measure_on_a_desktop(server, docname, browser)["figures"]
+    soft = [f"{f['src']}: {f['natural']} px drawn, {f['shown']} px shown" for f in figures
+            if not f["svg"] and f["natural"] < 2 * f["shown"]]
+    assert not soft, f"{docname}: figures under 2x: {soft}"
+
+
+@pytest.mark.parametrize("docname", ALL_PAGES)
+def test_nothing_hides_behind_a_sideways_scroll_on_a_desktop(server, browser, docname):
+    """At 1366 px no code, output or table is wider than its box."""
+    sideways = _measure_on_a_desktop(server, docname, browser)["sideways"]
+    assert not sideways, f"{docname}: boxes that scroll sideways at 1366 px: {sideways}"
+
+
+@pytest.mark.parametrize("docname", CHAPTER_PAGES)
+def test_a_chapter_reaches_its_first_section_within_a_screen_and_a_half(server, browser, docname):
+    """At 1366 × 900 a chapter's first section heading starts at most 1,350 px down the page:
+    the chapter opens with its subject, not with setup."""
+    top = _measure_on_a_desktop(server, docname, browser)["firstSection"]
+    assert top is not None, f"{docname} has no section heading (h2)"
+    assert top <= MAX_FIRST_SECTION_TOP, f"{docname}: first section at {top} px"
+
+
+def test_pages_have_a_favicon_that_is_served(server, browser):
+    """Every page names an icon (the tab's, the bookmark's), and the server has it. (Fetched
+    outside the page: Playwright's request routing does not pass icon requests on.)"""
+    page, problems = browser.open(f"{server}/intro.html")
+    try:
+        href = page.evaluate(
+            "() => (document.querySelector('link[rel~=\"icon\"]') || {}).href || null")
+        assert href, "no <link rel=icon> on the page"
+        assert urlparse(href).hostname in LOCAL_HOSTS, href
+        response = page.request.get(href)
+        assert response.status == 200, f"{href}: HTTP {response.status}"
+        assert response.headers["content-type"].startswith("image/"), response.headers
+        assert len(response.body()) > 100
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+    for docname in ALL_PAGES:
+        found = _measure_on_a_desktop(server, docname, browser)
+        assert found["icon"], f"{docname}: no <link rel=icon>"
+
+
+def test_search_snippets_show_no_tex(server, browser):
+    """Sphinx's search shows lines of each page found; math in them is left out, not shown
+    as TeX source."""
+    page, problems = browser.open(f"{server}/search.html?q=softmax")
+    try:
+        page.wait_for_function(
+            "() => document.querySelectorAll('#search-results li p.context').length >= 3",
+            timeout=20000)
+        snippets = page.eval_on_selector_all("#search-results li p.context",
+                                             "els => els.map(e => e.textContent)")
+        tex = [s for s in snippets if re.search(r"\\[(\[]|\\[a-zA-Z]+\{|\$\$", s)]
+        assert not tex, f"search snippets with TeX: {tex[:3]}"
+        assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("docname", WIDGET_PAGES)
+def test_slider_handles_are_named_and_easy_to_touch(server, browser, docname):
+    """Every slider handle has an accessible name, no label shows the tooltip "null", a finger
+    within 12 px of a handle's centre (a 24 px target, WCAG 2.5.8) reaches it, and the
+    controls that need a kernel are not shown in the static book."""
+    page, problems = browser.open(f"{server}/{docname}.html")
+    try:
+        _wait_for_widgets(page)
+        page.wait_for_timeout(300)
+        found = page.evaluate("""() => {
+            const handles = Array.from(document.querySelectorAll('.widget-slider .noUi-handle'))
+                .filter(h => h.getClientRects().length);
+            const unnamed = handles.filter(h => !(h.getAttribute('aria-label') || '').trim());
+            const small = [];
+            for (const h of handles) {
+                h.scrollIntoView({block: 'center'});
+                const r = h.getBoundingClientRect();
+                const x = r.left + r.width / 2, y = r.top + r.height / 2;
+                for (const [dx, dy] of [[-11, 0], [11, 0], [0, -11], [0, 11]]) {
+                    const hit = document.elementFromPoint(x + dx, y + dy);
+                    if (!hit || !h.contains(hit)) {
+                        small.push(`${h.getAttribute('aria-label')} at ${dx},${dy}`);
+                        break;
+                    }
+                }
+            }
+            // What says it needs a kernel, or is a button or a text box: shown, it does nothing.
+            const kernelOnly = Array.from(document.querySelectorAll(
+                    '.cell_output .widget-button, .cell_output .widget-text input'))
+                .filter(e => e.getClientRects().length).map(e => e.textContent || e.placeholder)
+                .concat(Array.from(document.querySelectorAll('.cell_output .widget-vbox'))
+                    .filter(e => e.getClientRects().length)  // (innerText of a hidden box: all)
+                    .map(e => (e.innerText.match(/[^\\n]*needs a (running )?kernel[^\\n]*/i)
+                               || [])[0])
+                    .filter(Boolean));
+            return {handles: handles.length, unnamed: unnamed.length, small, kernelOnly,
+                    nullTitles:
+                        document.querySelectorAll('.jupyter-widgets [title="null"]').length};
+        }""")
+        assert found["handles"] > 0
+        assert found["unnamed"] == 0, f"{found['unnamed']} slider handles without a name"
+        assert found["nullTitles"] == 0, "widget labels with the tooltip 'null'"
+        assert not found["small"], f"handles under a 24 px touch target: {found['small']}"
+        assert not found["kernelOnly"], f"kernel-only controls shown: {found['kernelOnly']}"
         assert not problems, "\n".join(problems)
     finally:
         page.close()

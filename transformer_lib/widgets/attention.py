@@ -157,6 +157,9 @@ def _live_extra(model: EncoderDecoder, layer: widgets.IntSlider,
     accordion = widgets.Accordion([live_box], selected_index=None)
     # ipywidgets 7 ignores Accordion(titles=...): set the title afterwards.
     accordion.set_title(0, "Live: your own sequence (needs a kernel)")
+    # The book's stylesheet hides this class: without a kernel these controls do nothing.
+    # Jupyter and Colab do not load that stylesheet, so there they stay.
+    accordion.add_class("needs-kernel")
     return accordion, live, render_live
 
 
