@@ -155,7 +155,7 @@ def test_rope_rotation_arrow_ends_are_rotated_vectors():
             np.testing.assert_allclose(arrow.xy, expected, rtol=0, atol=1e-12)
             assert arrow.get_label() == f"{name}, m={m}"
             np.testing.assert_allclose(arrow.xyann, (0, 0))  # from the origin
-    assert "m=5: 2.00 rad" in [t.get_text() for t in ax.texts]
+    assert "$m$ = 5: 2.00 rad" in [t.get_text() for t in ax.texts]  # typeset
     assert ax.get_aspect() == 1.0
 
 
@@ -179,7 +179,7 @@ def test_rope_rotation_draws_what_apply_rope_does_to_one_pair(pairing):
     _, ax = plotting.rope_rotation(x[channels], positions, theta_i)
     for arrow, m in zip(_arrows(ax, "q,"), positions):
         np.testing.assert_allclose(arrow.xy, rotated[m, channels].numpy(), rtol=0, atol=1e-12)
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("channel 2i", "channel 2i+1")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("channel $2i$", "channel $2i+1$")
     doc = " ".join(plotting.rope_rotation.__doc__.split())
     assert "interleaved pairing" in doc and "channels i and i + D/2" in doc
 
@@ -241,7 +241,8 @@ def test_score_variance_plots_measurements_and_theory_on_log_axes():
     unscaled, scaled = [4.1, 15.8, 63.0], [1.02, 0.99, 0.98]
     fig, ax = plotting.score_variance(torch.tensor(dims), unscaled, np.array(scaled), title="var")
     labels = [line.get_label() for line in ax.lines]
-    assert labels == ["d_k (theory)", "1 (theory)", "q·k (measured)", "q·k / √d_k (measured)"]
+    assert labels == ["$d_k$ (theory)", "1 (theory)", r"$q \cdot k$ (measured)",
+                      r"$q \cdot k / \sqrt{d_k}$ (measured)"]
     for line, expected in zip(ax.lines, [dims, [1.0, 1.0, 1.0], unscaled, scaled]):
         np.testing.assert_array_equal(line.get_xdata(), dims)
         np.testing.assert_allclose(line.get_ydata(), expected, rtol=0, atol=1e-12)
@@ -306,23 +307,26 @@ def _artist_colours(ax) -> list:
 
 @pytest.mark.parametrize("name", list(_every_figure()))
 def test_figures_fit_the_content_column_with_readable_text(name):
-    """At most MAX_WIDTH = 7.5 in wide (750 px at 100 dpi, the column's width, so the figure is
-    never scaled down), and every tick label, colour bar included, and every note at >= 9 pt."""
+    """At most FIGURE_WIDTH = 5.4 in wide (518 CSS px as SVG, inside the 1366 px column), so
+    that on a 390 px phone (column 350 px) every text of the figure, tick labels, colour bar,
+    legend and notes included, is still at least 9 CSS px high."""
     fig, ax = _every_figure()[name]
-    assert plotting.MAX_WIDTH == 7.5
-    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9 and fig.dpi == 100
+    assert plotting.FIGURE_WIDTH == 5.4
+    assert fig.get_figwidth() <= plotting.FIGURE_WIDTH + 1e-9
     fig.canvas.draw()
     for axes in fig.axes:  # the plot and its colour bar, if any
         ticks = axes.get_xticklabels() + axes.get_yticklabels()
-        assert ticks and all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
-    texts = ax.texts + [ax.title, ax.xaxis.label, ax.yaxis.label]
-    assert all(t.get_fontsize() >= 9 for t in texts if t.get_text())
+        assert ticks
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text()]
+    assert texts
+    smallest = min(plotting.phone_text_px(t.get_fontsize(), fig.get_figwidth()) for t in texts)
+    assert smallest >= 9 - 1e-9, f"{name}: text of {smallest:.2f} CSS px on a phone"
 
 
 def test_wide_heatmap_keeps_its_proportions_when_narrowed():
     fig, _ = plotting.attention_heatmap(_softmax_rows(4, 30))  # asks for 14.5 x 2.4 in
     width, height = fig.get_size_inches()
-    assert width == pytest.approx(plotting.MAX_WIDTH)
+    assert width == pytest.approx(plotting.FIGURE_WIDTH)
     assert width / height == pytest.approx((1.0 + 0.45 * 30) / (0.6 + 0.45 * 4))
 
 
@@ -382,7 +386,7 @@ def test_position_curves_draws_each_curve_and_the_mark():
     assert len(ax.get_lines()) == 1 and list(ax.get_lines()[0].get_xdata()) == [0, 1]
 
 
-def test_position_curves_legend_below_the_plot_in_one_row():
+def test_position_curves_legend_below_the_plot_in_rows_of_two():
     fig, ax = plotting.position_curves({"a": [0.0, 1.0], "b": [1.0, 0.0]}, mark=0.5,
                                        mark_label="m", legend_below=True)
     fig.canvas.draw()
@@ -390,7 +394,34 @@ def test_position_curves_legend_below_the_plot_in_one_row():
     assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "m"]
     assert legend.get_window_extent().y1 < ax.get_window_extent().y0  # under the axes
     rows = {round(t.get_window_extent().y0) for t in legend.get_texts()}
-    assert len(rows) == 1  # one row
+    assert len(rows) == 2  # a, b / m
+    for title in ("one line", "a title\non two lines"):  # a shorter plot: still under "position"
+        fig, ax = plotting.position_curves({"a": [0.0, 1.0]}, legend_below=True, title=title)
+        fig.canvas.draw()
+        label = ax.xaxis.label.get_window_extent()
+        assert ax.get_legend().get_window_extent().y1 < label.y0
+
+
+def test_position_curves_legend_below_stays_inside_the_figure_width():
+    """Four long entries side by side would widen the shown figure (its bounding box takes
+    in the legend) and shrink its text on a phone; in rows of two they fit."""
+    names = [f"pair {i}: wavelength {10 ** i}" for i in range(4)]
+    fig, ax = plotting.position_curves({n: [0.0, 1.0] for n in names}, legend_below=True)
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= 0 and legend.x1 <= fig.bbox.width
+
+
+def test_log_axes_label_plain_numbers():
+    """A log axis reads 0.2, 0.5, 1, 2, not 2 x 10^-1 (hard to read at a phone's size)."""
+    runs = {"a": [0.2, 0.5, 1.0, 3.0, 6.0]}
+    fig, ax = plotting.compare_runs(runs, log_y=True)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True)]
+    shown = [label for label in labels if label]
+    assert "1" in shown and "0.2" in shown and "2" in shown
+    assert not any("10" in label and "^" in label or "e" in label for label in shown)
+    assert not any("$" in label for label in shown)  # no mathtext powers
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -466,11 +497,11 @@ def test_compare_runs_bad_input_raises(kwargs, message):
 
 
 def test_compare_runs_fits_the_column_in_colour_blind_safe_colours():
-    """The house look of the other figures: at most MAX_WIDTH wide, text >= 9 pt, and its
+    """The house look of the other figures: at most FIGURE_WIDTH wide, text >= 9 pt, and its
     default colours (bands included) never red and green together."""
     runs = {f"setting {i}": np.random.default_rng(i).random((3, 40)) for i in range(6)}
     fig, ax = plotting.compare_runs(runs, title="six settings")
-    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9 and fig.dpi == 100
+    assert fig.get_figwidth() <= plotting.FIGURE_WIDTH + 1e-9
     fig.canvas.draw()
     ticks = ax.get_xticklabels() + ax.get_yticklabels()
     assert all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
@@ -537,7 +568,7 @@ def test_kv_cache_mask_draws_the_mask_the_split_and_the_positions():
     assert {t.get_text() for t in ax.texts} == {"cached", "new"}
     assert [t.get_text() for t in ax.child_axes[0].get_yticklabels()] == ["5", "6", "7"]
     assert ax.get_title() == "chunk after 5"
-    assert fig.get_figwidth() <= plotting.MAX_WIDTH
+    assert fig.get_figwidth() <= plotting.FIGURE_WIDTH
 
 
 def test_kv_cache_mask_draws_a_buggy_rope_and_no_split_without_a_cache():
@@ -576,7 +607,7 @@ def test_memory_curves_draws_the_reference_and_each_curve_in_mb_on_log_axes():
     assert [line.get_label() for line in ax.get_lines()] == ["T x S", "naive", "tiled"]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["512", "1024", "2048"]
-    assert fig.get_figwidth() <= plotting.MAX_WIDTH + 1e-9
+    assert fig.get_figwidth() <= plotting.FIGURE_WIDTH + 1e-9
     fig.canvas.draw()
     ticks = ax.get_xticklabels() + ax.get_yticklabels()
     assert all(t.get_fontsize() >= 9 for t in ticks if t.get_text())
@@ -613,7 +644,8 @@ def test_memory_curves_leaves_a_measured_zero_out_of_its_curve():
 PUBLIC_NAMES = [
     "ArrayLike", "WEIGHT_CMAP", "SIGNED_CMAP", "MAX_WIDTH", "TITLE_SIZE", "LABEL_SIZE",
     "TICK_SIZE", "VALUE_SIZE", "TEXT_RAMP", "RUN_COLOURS", "CURVE_STYLES", "CURVE_COLOURS",
-    "MASK_VISIBLE", "MASK_BLOCKED", "attention_heatmap", "attention_text", "kv_cache_mask",
+    "MASK_VISIBLE", "MASK_BLOCKED", "FIGURE_WIDTH", "phone_text_px", "use_book_style",
+    "attention_heatmap", "attention_text", "kv_cache_mask",
     "positional_heatmap", "rope_rotation", "position_curves", "lr_schedule", "loss_curve",
     "score_variance", "scaling_curve", "compare_runs", "grouped_bars", "memory_curves",
 ]
@@ -652,3 +684,91 @@ def test_reference_lines_and_theory_bands_take_the_palette():
     assert [line.get_color() for line in ax.lines] == [GREY, BLUE]
     _, ax = plotting.lr_schedule(lambda step: step + 1.0, 3)
     assert ax.lines[1].get_color() == VERMILLION  # the peak
+
+
+# the book's figures: sharp on every screen, readable on a phone ----------------------------
+
+
+def test_phone_text_px_scales_text_to_the_phone_column():
+    """10 pt is 13.3 CSS px at full size; a 5.4 in figure, 5.5 in with its margins (528 px),
+    shrinks to 358 / 528 on the phone, 7.5 in to 358 / 730 (the old width: 6.5 px)."""
+    assert plotting.phone_text_px(10, 5.4) == pytest.approx(9.04, abs=0.01)
+    assert plotting.phone_text_px(10, 7.5) == pytest.approx(6.54, abs=0.01)
+    assert plotting.phone_text_px(12, 3.0) == pytest.approx(16.0)  # narrow: not shrunk
+    with pytest.raises(ValueError, match=r"size_pt \(0\) and width_in \(5.4\)"):
+        plotting.phone_text_px(0, 5.4)
+
+
+def test_book_style_shows_figures_as_svg_in_ipython():
+    """The style, applied at import, makes IPython show a figure as SVG (vector: sharp at
+    any density) and no longer as a 1x PNG, also after the inline backend is activated."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from matplotlib_inline.backend_inline import configure_inline_support
+    from matplotlib_inline.config import InlineBackend
+
+    shell = InteractiveShell.instance()
+    formatters = shell.display_formatter.formatters
+    fig, _ = plotting.loss_curve({"loss": [3.0, 2.0, 1.5]})
+    assert plotting.use_book_style(shell) is True
+    assert InlineBackend.instance().figure_formats == {"svg"}
+    assert InlineBackend.instance().print_figure_kwargs["pad_inches"] == plotting.style.SVG_PAD
+    svg = formatters["image/svg+xml"](fig)
+    assert svg is not None and "<svg" in svg
+    assert formatters["image/png"](fig) is None  # no 1x PNG beside it
+    configure_inline_support.current_backend = "unset"  # as at a kernel's first figure
+    configure_inline_support(shell, "inline")
+    assert formatters["image/svg+xml"](fig) is not None
+    assert formatters["image/png"](fig) is None
+    assert plt.rcParams["figure.figsize"][0] == plotting.FIGURE_WIDTH  # figures made bare
+
+
+def test_use_book_style_outside_ipython_sets_the_look_only():
+    plt.rcParams["xtick.labelsize"] = 6
+    assert plotting.use_book_style(shell=None) in (True, False)
+    assert plt.rcParams["xtick.labelsize"] == plotting.TICK_SIZE
+    assert plt.rcParams["svg.fonttype"] == "path"  # the same glyphs without the fonts
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plotting.attention_heatmap(_softmax_rows(3, 5)),
+    lambda: plotting.positional_heatmap(np.sin(np.arange(20 * 8).reshape(20, 8))),
+    lambda: plotting.kv_cache_mask(np.tril(np.ones((2, 5)), k=3), 3),
+])
+def test_heatmaps_embed_one_pixel_per_cell_drawn_sharp(draw):
+    """In an SVG a heatmap is one embedded image of one pixel per cell, which the browser
+    draws as sharp squares (not blurred) at any size and screen density."""
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    fig, ax = draw()
+    rows, cols = ax.images[0].get_array().shape
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    svg = buffer.getvalue()
+    images = [tag for tag in re.findall(r"<image [^>]*>", svg)  # a colour bar is one more
+              if "image-rendering:pixelated" in tag]
+    assert len(images) == 1
+    data = re.search(r'xlink:href="data:image/png;base64,([^"]+)"', images[0]).group(1)
+    assert Image.open(io.BytesIO(base64.b64decode(data))).size == (cols, rows)
+
+
+def test_kv_cache_mask_title_clears_its_captions_and_the_panel_above():
+    """Two masks stacked as in the KV-cache chapter: each title sits above "cached" / "new",
+    which sit above the mask, and nothing overprints the x label of the panel above."""
+    fig, axes = plt.subplots(2, 1, figsize=(5.4, 5.0), layout="constrained")
+    mask = np.tril(np.ones((3, 8)), k=5)  # (T, S): 5 cached keys, then causal
+    plotting.kv_cache_mask(mask, 5, ax=axes[0], title="causal_mask(3, 8)")
+    plotting.kv_cache_mask(mask, 5, rope_rows=range(3), ax=axes[1], title="offset forgotten")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        title = ax.title.get_window_extent(renderer)
+        top = ax.get_window_extent(renderer).y1
+        for caption in ax.texts:
+            box = caption.get_window_extent(renderer)
+            assert top <= box.y0 and box.y1 <= title.y0, caption.get_text()
+    label_above = axes[0].xaxis.label.get_window_extent(renderer)
+    assert axes[1].title.get_window_extent(renderer).y1 < label_above.y0

@@ -5,9 +5,10 @@ returns ``(fig, ax)`` so a notebook can add to the picture or save it. All of th
 look, set in :mod:`~transformer_lib.plotting.style`: ``WEIGHT_CMAP`` for values in [0, 1],
 ``SIGNED_CMAP`` for signed values (both readable with the common colour-vision deficiencies:
 no red-green scale anywhere), one line palette ``RUN_COLOURS``, and the same title, label and
-tick sizes. A new figure is at most ``MAX_WIDTH`` inches wide: at matplotlib's inline 100 dpi
-it fits the book's ~750 px content column unscaled, so its 9-10 pt text stays 12-14 px on
-screen. Inputs may be torch tensors or numpy arrays.
+tick sizes. Importing this package applies :func:`~.style.use_book_style`: figures are shown
+as SVG, sharp on any screen, and a new figure is at most ``FIGURE_WIDTH`` (5.4) inches wide, so
+that on a 390 px phone its smallest text, 10 pt, stays 9 CSS px or more. Inputs may be torch
+tensors or numpy arrays.
 
 The figures live by subject: :mod:`.attention` (heatmap, text map, KV-cache mask),
 :mod:`.positions` (positional encodings, RoPE, curves against the position) and
@@ -37,6 +38,7 @@ from transformer_lib.plotting.positions import (
 from transformer_lib.plotting.style import (
     CURVE_COLOURS,
     CURVE_STYLES,
+    FIGURE_WIDTH,
     LABEL_SIZE,
     MASK_BLOCKED,
     MASK_VISIBLE,
@@ -48,13 +50,17 @@ from transformer_lib.plotting.style import (
     VALUE_SIZE,
     WEIGHT_CMAP,
     ArrayLike,
+    phone_text_px,
+    use_book_style,
 )
+
+use_book_style()  # every notebook that imports a figure gets the house look and SVG
 
 __all__ = [
     # style
     "ArrayLike", "WEIGHT_CMAP", "SIGNED_CMAP", "MAX_WIDTH", "TITLE_SIZE", "LABEL_SIZE",
     "TICK_SIZE", "VALUE_SIZE", "RUN_COLOURS", "CURVE_STYLES", "CURVE_COLOURS",
-    "MASK_VISIBLE", "MASK_BLOCKED",
+    "MASK_VISIBLE", "MASK_BLOCKED", "FIGURE_WIDTH", "phone_text_px", "use_book_style",
     # attention
     "TEXT_RAMP", "attention_heatmap", "attention_text", "kv_cache_mask",
     # positions

@@ -74,7 +74,8 @@ def attention_heatmap(
     w = _check_attention(weights, x_labels, y_labels)
     T, S = w.shape
     fig, ax = new_axes(ax, figsize=(1.0 + 0.45 * S, 0.6 + 0.45 * T))
-    image = ax.imshow(w, cmap=WEIGHT_CMAP, vmin=0.0, vmax=1.0)
+    image = ax.imshow(w, cmap=WEIGHT_CMAP, vmin=0.0, vmax=1.0,
+                      interpolation="none")  # one pixel per cell: sharp in an SVG
     if colorbar:
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=TICK_SIZE)
     if x_labels is not None:
@@ -140,6 +141,15 @@ def attention_text(
     return "\n".join(lines)
 
 
+ABOVE_PAD = 3  # points between the top of a mask and the "cached" / "new" captions
+
+
+def _above(ax: Axes, x: float, text: str) -> None:
+    """Write `text` centred on data column `x`, just above the Axes (a fixed gap in points)."""
+    ax.annotate(text, xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(0, ABOVE_PAD),
+                textcoords="offset points", ha="center", va="bottom", fontsize=VALUE_SIZE)
+
+
 def kv_cache_mask(
     mask: ArrayLike,
     cached: int,
@@ -180,7 +190,7 @@ def kv_cache_mask(
         raise ValueError(f"rope_rows has {len(rows)} entries but the mask has {T} rows")
     fig, ax = new_axes(ax, figsize=(1.6 + 0.42 * S, 1.3 + 0.42 * T))
     cmap = matplotlib.colors.ListedColormap([MASK_BLOCKED, MASK_VISIBLE])
-    ax.imshow(m, cmap=cmap, vmin=0.0, vmax=1.0)
+    ax.imshow(m, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="none")
     ax.set_xticks(range(S), labels=[str(j) for j in range(S)])
     ax.set_yticks(range(T), labels=[str(cached + i) for i in range(T)])
     ax.set_xticks(np.arange(-0.5, S), minor=True)
@@ -189,13 +199,13 @@ def kv_cache_mask(
     ax.tick_params(which="minor", length=0)
     if cached > 0:
         ax.axvline(cached - 0.5, color="black", linewidth=2.5)
-        ax.text((cached - 1) / 2, -0.7, "cached", ha="center", va="bottom", fontsize=VALUE_SIZE)
-    ax.text(cached + (T - 1) / 2, -0.7, "new", ha="center", va="bottom", fontsize=VALUE_SIZE)
+        _above(ax, (cached - 1) / 2, "cached")
+    _above(ax, cached + (T - 1) / 2, "new")
     right = ax.secondary_yaxis("right")
     right.set_yticks(range(T), labels=[str(r) for r in rows])
     right.tick_params(labelsize=TICK_SIZE)
     right.set_ylabel("RoPE row", fontsize=LABEL_SIZE)
     label_axes(ax, title, "key position", "query position")
     if title is not None:
-        ax.set_title(title, fontsize=TITLE_SIZE, pad=18)  # room for "cached" / "new"
+        ax.set_title(title, fontsize=TITLE_SIZE, pad=ABOVE_PAD + 1.6 * VALUE_SIZE)  # over them
     return fig, ax

@@ -25,6 +25,7 @@ from transformer_lib.plotting.style import (
     ArrayLike,
     label_axes,
     new_axes,
+    plain_log_ticks,
     to_numpy,
 )
 
@@ -53,7 +54,7 @@ def lr_schedule(
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     lrs = np.array([float(lr_fn(step)) for step in range(steps)])
-    fig, ax = new_axes(ax, figsize=(6, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     ax.plot(np.arange(steps), lrs)
     if mark_peak:
         peak = int(np.argmax(lrs))
@@ -89,10 +90,11 @@ def loss_curve(
     steps = to_numpy(history["step"]) if "step" in history else np.arange(len(loss))
     if len(steps) != len(loss):
         raise ValueError(f"history has {len(steps)} steps but {len(loss)} loss values")
-    fig, ax = new_axes(ax, figsize=(6, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     ax.plot(steps, loss, label="loss")
     if log_y:
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
     label_axes(ax, title, "step", "loss")
     return fig, ax
@@ -111,6 +113,7 @@ def score_variance(
     Two measured series, q·k and q·k/√d_k, are drawn with markers on log-log axes (base 2),
     over wide pale lines for the values the theory predicts for independent, zero-mean,
     unit-variance components: var(q·k) = d_k (vermillion) and var(q·k/√d_k) = 1 (blue).
+    The labels are typeset as math.
 
     Args:
         d_k: N head dimensions (positive), e.g. [4, 16, 64, 256].
@@ -120,8 +123,8 @@ def score_variance(
         title: figure title.
 
     Returns:
-        (fig, ax). The lines are labelled "d_k (theory)", "1 (theory)", "q·k (measured)"
-        and "q·k / √d_k (measured)", in that order.
+        (fig, ax). The lines are labelled "$d_k$ (theory)", "1 (theory)",
+        "$q \\cdot k$ (measured)" and "$q \\cdot k / \\sqrt{d_k}$ (measured)", in that order.
     """
     dims = to_numpy(d_k).reshape(-1)
     raw = to_numpy(unscaled).reshape(-1)
@@ -132,18 +135,18 @@ def score_variance(
         )
     if len(dims) == 0 or np.any(dims <= 0):
         raise ValueError(f"d_k must be a non-empty list of positive sizes, got {dims.tolist()}")
-    fig, ax = new_axes(ax, figsize=(6, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.4))
     # Theory first, as wide pale bands, so that the measurements drawn on top stay visible.
-    ax.plot(dims, dims, "-", color=VERMILLION, alpha=0.25, linewidth=6, label="d_k (theory)")
+    ax.plot(dims, dims, "-", color=VERMILLION, alpha=0.25, linewidth=6, label="$d_k$ (theory)")
     ax.plot(dims, np.ones_like(dims), "-", color=BLUE, alpha=0.25, linewidth=6,
             label="1 (theory)")
-    ax.plot(dims, raw, "o:", color=VERMILLION, label="q·k (measured)")
-    ax.plot(dims, norm, "s:", color=BLUE, label="q·k / √d_k (measured)")
+    ax.plot(dims, raw, "o:", color=VERMILLION, label=r"$q \cdot k$ (measured)")
+    ax.plot(dims, norm, "s:", color=BLUE, label=r"$q \cdot k / \sqrt{d_k}$ (measured)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=LABEL_SIZE)
-    label_axes(ax, title, "head dimension d_k", "variance of the score")
+    label_axes(ax, title, "head dimension $d_k$", "variance of the score")
     return fig, ax
 
 
@@ -154,7 +157,7 @@ def scaling_curve(
     power: float = 2.0,
     ax: Axes | None = None,
     title: str | None = None,
-    xlabel: str = "sequence length T",
+    xlabel: str = "sequence length $T$",
     ylabel: str = "time (s)",
     label: str = "measured (median)",
 ) -> tuple[Figure, Axes]:
@@ -170,8 +173,8 @@ def scaling_curve(
         label: the legend entry of the measurements.
 
     Returns:
-        (fig, ax). The lines are the reference ("∝ T^power (slope power)") and the
-        measurements, in that order.
+        (fig, ax). The lines are the reference ("$\\propto T^{power}$ (slope power)", typeset)
+        and the measurements, in that order.
     """
     x = to_numpy(sizes).reshape(-1).astype(float)
     y = to_numpy(values).reshape(-1).astype(float)
@@ -181,10 +184,10 @@ def scaling_curve(
     if np.any(x <= 0) or np.any(y <= 0):
         raise ValueError("sizes and values must be positive for log-log axes, got "
                          f"sizes {x.tolist()} and values {y.tolist()}")
-    fig, ax = new_axes(ax, figsize=(6, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     reference = y[-1] * (x / x[-1]) ** power
     ax.plot(x, reference, "-", color=GREY, alpha=0.4, linewidth=6,
-            label=f"∝ T^{power:g} (slope {power:g})")
+            label=f"$\\propto T^{{{power:g}}}$ (slope {power:g})")
     ax.plot(x, y, "o:", color=BLUE, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -241,7 +244,7 @@ def compare_runs(
     xs = np.arange(n) if x is None else to_numpy(x).reshape(-1)
     if len(xs) != n:
         raise ValueError(f"x has {len(xs)} entries but the series have {n} points")
-    fig, ax = new_axes(ax, figsize=(6, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     for i, (name, v) in enumerate(values.items()):
         style = {"color": RUN_COLOURS[i % len(RUN_COLOURS)], "linewidth": 1.8}
         style.update((styles or {}).get(name, {}))
@@ -252,6 +255,7 @@ def compare_runs(
         ax.plot(xs, v.reshape(-1), label=name, **style)
     if log_y:
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
     if legend:
         ax.legend(fontsize=VALUE_SIZE)
@@ -293,7 +297,7 @@ def grouped_bars(
         raise ValueError(f"every series needs one value per label ({len(labels)}), got {sizes}")
     n, width = len(values), 0.8 / len(values)
     places = np.arange(len(labels))
-    fig, ax = new_axes(ax, figsize=(7.5, 3.2))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     for j, ((name, v), colour) in enumerate(zip(values.items(), RUN_COLOURS)):
         ax.bar(places + (j - (n - 1) / 2) * width, v, width=width, color=colour, label=name)
     ax.set_xticks(places, labels=list(labels))
@@ -310,7 +314,7 @@ def memory_curves(
     reference_label: str = "reference",
     ax: Axes | None = None,
     title: str | None = None,
-    xlabel: str = "sequence length T = S",
+    xlabel: str = "sequence length $T = S$",
     ylabel: str = "peak memory above the inputs (MB)",
 ) -> tuple[Figure, Axes]:
     """Plot measured memory in bytes against a length on log-log axes, in MB (10⁶ bytes),
@@ -345,7 +349,7 @@ def memory_curves(
                              f"measured curve) for log-log axes, got lengths {x.tolist()} and "
                              f"{name!r} {y.tolist()}")
     curves = {name: np.where(y > 0, y, np.nan) for name, y in curves.items()}
-    fig, ax = new_axes(ax, figsize=(6, 3.8))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.6))
     if reference is not None:
         ax.plot(x, curves.pop(reference_label) / 1e6, "-", color=GREY, alpha=0.4,
                 linewidth=6, label=reference_label)

@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle
+from matplotlib.transforms import offset_copy
 
 from transformer_lib.plotting.style import (
     CURVE_COLOURS,
@@ -27,6 +28,9 @@ from transformer_lib.plotting.style import (
     new_axes,
     to_numpy,
 )
+
+LEGEND_DROP = 36  # points from the bottom of the plot to a legend under it: below the ticks,
+#                  their labels and the x label, whatever the plot's height
 
 
 def positional_heatmap(pe: ArrayLike, *, ax: Axes | None = None,
@@ -48,8 +52,9 @@ def positional_heatmap(pe: ArrayLike, *, ax: Axes | None = None,
     if table.ndim != 2:
         raise ValueError(f"pe must be 2-D (positions, channels), got shape {tuple(table.shape)}")
     limit = max(1.0, float(np.abs(table).max(initial=0.0)))
-    fig, ax = new_axes(ax, figsize=(7, 4))
-    image = ax.imshow(table, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto")
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
+    image = ax.imshow(table, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto",
+                      interpolation="none")  # one pixel per value: sharp in an SVG
     fig.colorbar(image, ax=ax).ax.tick_params(labelsize=TICK_SIZE)
     label_axes(ax, title, "channel", "position")
     return fig, ax
@@ -97,7 +102,7 @@ def rope_rotation(
             raise ValueError(f"{name} must have 2 entries (one channel pair), got shape "
                              f"{tuple(v.shape)}")
     positions = [int(m) for m in to_numpy(positions).reshape(-1)]
-    fig, ax = new_axes(ax, figsize=(5, 5))
+    fig, ax = new_axes(ax, figsize=(4.6, 4.6))
     colours = matplotlib.colormaps[WEIGHT_CMAP](np.linspace(0.0, 0.9, max(len(positions), 1)))
 
     ax.add_patch(Circle((0, 0), 1.0, fill=False, linestyle=":", color="grey"))
@@ -114,13 +119,13 @@ def rope_rotation(
             arrow = ax.annotate("", xy=tuple(end), xytext=(0, 0), arrowprops=style)
             arrow.set_label(f"{name}, m={m}")
             if name == "q":
-                ax.text(*(end * 1.08), f"m={m}: {angle:.2f} rad", color=colour, fontsize=VALUE_SIZE,
-                        ha="left" if end[0] >= 0 else "right")
+                ax.text(*(end * 1.08), f"$m$ = {m}: {angle:.2f} rad", color=colour,
+                        fontsize=VALUE_SIZE, ha="left" if end[0] >= 0 else "right")
     radius = 1.35 * max([1.0] + [float(np.linalg.norm(v)) for v in vectors.values()])
     ax.set_xlim(-radius, radius)
     ax.set_ylim(-radius, radius)
     ax.set_aspect("equal")
-    label_axes(ax, title, "channel 2i", "channel 2i+1")
+    label_axes(ax, title, "channel $2i$", "channel $2i+1$")
     return fig, ax
 
 
@@ -147,8 +152,9 @@ def position_curves(
             training), labelled ``mark_label`` in the legend.
         ax: Axes to draw on; a new figure is created when None.
         title, xlabel, ylabel: the figure's texts.
-        legend_below: put the legend under the plot, in one row, instead of inside it (for
-            curves that fill the whole plot).
+        legend_below: put the legend under the plot instead of inside it (for curves that
+            fill the whole plot), in rows of at most two entries, so it is never wider than a
+            figure of ``FIGURE_WIDTH``.
 
     Returns:
         (fig, ax). The curves are the first lines of ``ax``, in the order of ``curves``; the
@@ -165,7 +171,7 @@ def position_curves(
     x = np.arange(n) if positions is None else to_numpy(positions).reshape(-1)
     if len(x) != n:
         raise ValueError(f"positions has {len(x)} entries but the curves have {n} values")
-    fig, ax = new_axes(ax, figsize=(7, 3.5))
+    fig, ax = new_axes(ax, figsize=(5.4, 3.2))
     for (name, y), colour, style in zip(values.items(), CURVE_COLOURS, CURVE_STYLES):
         ax.plot(x, y, style, color=colour, linewidth=1.8, label=name)
     if mark is not None:
@@ -173,8 +179,9 @@ def position_curves(
     ax.grid(alpha=0.3)
     if legend_below:
         entries = len(values) + (mark is not None and mark_label is not None)
-        ax.legend(fontsize=VALUE_SIZE, loc="upper center", bbox_to_anchor=(0.5, -0.18),
-                  ncols=entries, frameon=False)
+        under = offset_copy(ax.transAxes, fig=fig, y=-LEGEND_DROP, units="points")
+        ax.legend(fontsize=VALUE_SIZE, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  bbox_transform=under, ncols=min(entries, 2), frameon=False)
     else:
         ax.legend(fontsize=VALUE_SIZE)
     label_axes(ax, title, xlabel, ylabel)
