@@ -104,6 +104,78 @@ def test_code_lines_fit_the_column(path: Path):
     assert not long, f"{path.name}: lines over {MAX_CODE_LINE} characters:\n" + "\n".join(long)
 
 
+IMPORT_CELL_FOLDED_FROM = 12  # lines: a longer import cell is folded in the book
+
+
+@pytest.mark.parametrize("path", CHAPTER_PATHS, ids=lambda p: p.name)
+def test_long_import_cell_is_folded_and_said_in_prose(path: Path):
+    """The chapter starts with its subject: a long import cell is folded (``hide-cell``) behind
+    a line that says what it brings in (the cell's own ``code_prompt_show``)."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and not setup_cell.is_setup_cell(c)]
+    imports = code[0]
+    if path.name == "00_setup.ipynb":  # the setup page's imports are its subject: shown
+        assert not {"hide-input", "hide-cell"} & set(imports.metadata.get("tags", []))
+        return
+    if len(imports.source.splitlines()) < IMPORT_CELL_FOLDED_FROM:
+        return
+    assert "hide-cell" in imports.metadata.get("tags", []), (
+        f"{path.name}: the import cell has {len(imports.source.splitlines())} lines; tag it "
+        "hide-cell")
+    label = imports.metadata.get("mystnb", {}).get("code_prompt_show", "")
+    assert label.startswith("Show the imports"), f"{path.name}: the fold does not say what it holds"
+    modules = {m.split(".")[0] for m in re.findall(r"from transformer_lib\.([\w.]+)",
+                                                   imports.source)}
+    missing = [m for m in sorted(modules) if m not in label]
+    assert not missing, f"{path.name}: the fold's label does not name {missing}"
+
+
+REFERENCE_LABELS = set(re.findall(r"^\d+\. \(([a-z0-9-]+)\)=$",
+                                  (ROOT / "appendix" / "references.md").read_text(encoding="utf-8"),
+                                  flags=re.M))
+CITATION = re.compile(r"\b[A-Z][A-Za-z-]+(?: et al\.|,? and [A-Z][a-z]+)?,? \(?(?:19|20)\d\d\)?")
+
+
+def test_references_have_labels():
+    assert {"vaswani-2017", "dao-2022", "yang-2024-gated"} <= REFERENCE_LABELS
+    assert len(REFERENCE_LABELS) >= 25
+
+
+@pytest.mark.parametrize("path", CHAPTER_PATHS, ids=lambda p: p.name)
+def test_citations_link_to_their_reference(path: Path):
+    """An author-year citation is a Markdown link to its entry in References: a link in the
+    book, plain text in Jupyter and Colab. Each link names a label of references.md."""
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    labels = re.findall(r"\]\(#([a-z0-9-]+)\)", text)
+    unknown = sorted(set(labels) - REFERENCE_LABELS - _heading_anchors(nb))
+    assert not unknown, f"{path.name}: links to labels references.md does not define: {unknown}"
+    linked = re.sub(r"\[[^\]]*\]\(#[a-z0-9-]+\)", "", text)  # drop the linked citations
+    plain = [m.group(0) for m in CITATION.finditer(linked)
+             if re.search(r"et al|, (?:19|20)\d\d|\((?:19|20)\d\d\)", m.group(0))]
+    assert not plain, f"{path.name}: citations without a link to References: {plain}"
+
+
+def _heading_anchors(nb) -> set[str]:
+    """Labels the notebook defines itself (``(label)=`` lines)."""
+    return {m for c in nb.cells if c.cell_type == "markdown"
+            for m in re.findall(r"^\(([a-z0-9-]+)\)=$", c.source, flags=re.M)}
+
+
+def test_glossary_covers_the_later_chapters():
+    glossary = (ROOT / "appendix" / "glossary.md").read_text(encoding="utf-8")
+    terms = [row.split("|")[1].strip() for row in glossary.splitlines()
+             if row.startswith("| ") and not row.startswith("| term")]
+    assert terms == sorted(terms, key=lambda t: re.sub(r"[^a-z0-9 ]", "", t.lower())), (
+        "glossary rows are not in alphabetical order")
+    for term in ("multi-query attention, MQA", "multi-head latent attention, MLA", "SwiGLU",
+                 "FlashAttention", "online softmax", "log-sum-exp", "tile, tiling", "DeltaNet",
+                 "Gated DeltaNet", "chunkwise-parallel form", "mixture of experts, MoE",
+                 "router", "load balancing", "sliding-window attention", "top-$k$ sampling",
+                 "temperature", "greedy decoding", "decode", "prefill", "KV cache"):
+        assert term in terms, f"the glossary lacks {term!r}"
+
+
 def test_execution_settings():
     execute = config()["execute"]
     assert execute["execute_notebooks"] == "force"
@@ -126,6 +198,38 @@ def test_vendored_assets_exist_and_stay_small():
     readme = (ASSETS / "README.md").read_text(encoding="utf-8")
     for package in ("@jupyter-widgets/html-manager", "requirejs", "mathjax"):
         assert package in readme, f"{package} is not listed in _assets/README.md"
+
+
+def test_book_extension_fixes_line_breaks_and_drops_the_second_navbar():
+    """_ext/book_fixes.py: punctuation after inline math stays on its line, long names in
+    inline code break before a dot or after an underscore, the theme's top bar is left out."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "_ext" / "book_fixes.py")
+    fixes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixes)
+    math = '<span class="math notranslate nohighlight">\\(x\\)</span>'
+    code = '<code class="docutils literal notranslate"><span class="pre">{}</span></code>'
+    context = {"body": f"<p>at {math}, then {math} alone; "
+                       + code.format("transformer_lib.encoder_decoder.Enc") + " "
+                       + code.format("__init__") + code.format("[0.5,") + "</p>"
+                       + '<div class="math notranslate nohighlight">\\[y\\]</div>.'}
+    fixes.fix_body(None, "page", "page.html", context, None)
+    body = context["body"]
+    assert f'<span class="math-nowrap">{math},</span>' in body
+    assert f"{math} alone" in body  # no punctuation after it: left as it was
+    assert "transformer_<wbr>lib<wbr>.encoder_<wbr>decoder<wbr>.Enc" in body
+    assert '<span class="pre">__init__</span>' in body  # no break inside the underscores
+    assert '<span class="pre">[0.5,</span>' in body  # nor in a number
+    assert '<div class="math notranslate nohighlight">\\[y\\]</div>.' in body  # display math
+
+    config = SimpleNamespace(html_theme_options={})
+    fixes.drop_navbar(None, config)
+    assert config.html_theme_options == {"navbar_persistent": []}
+    config = SimpleNamespace(html_theme_options={"navbar_persistent": ["search-field"]})
+    fixes.drop_navbar(None, config)  # a book's own choice stands
+    assert config.html_theme_options["navbar_persistent"] == ["search-field"]
 
 
 # The built book ---------------------------------------------------------------------------
@@ -258,6 +362,25 @@ def test_every_output_image_has_alt_text(html, docname):
     missing = missing_alt_text((html / f"{docname}.html").read_text(encoding="utf-8"))
     assert not missing, (f"{docname}: images without alt text (set the cell's metadata "
                          f'"mystnb": {{"image": {{"alt": "..."}}}}): {missing}')
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("docname", notebook_docnames())
+def test_setup_cell_runs_but_is_not_shown(html, docname):
+    """Tagged remove-cell: executed by the build (the page has the outputs after it) but
+    neither its code nor its output is on the page."""
+    page = (html / f"{docname}.html").read_text(encoding="utf-8")
+    assert setup_cell.SOURCE_VARIABLE not in page, f"{docname} shows the setup cell"
+    assert 'class="cell_output' in page, f"{docname} has no executed output at all"
+
+
+@pytest.mark.book
+def test_citation_links_reach_their_entry(html):
+    references = (html / "appendix" / "references.html").read_text(encoding="utf-8")
+    for label in REFERENCE_LABELS:
+        assert f'id="{label}"' in references, f"References has no anchor {label}"
+    page = (html / "chapters" / "08_fast_attention.html").read_text(encoding="utf-8")
+    assert '../appendix/references.html#dao-2022"' in page
 
 
 @pytest.mark.book

@@ -150,6 +150,29 @@ def test_setup_cell_asks_for_a_restart_when_an_imported_package_changed(monkeypa
     assert capsys.readouterr().out == ""  # the library alone was added: nothing to say
 
 
+def test_setup_cell_is_written_to_run_in_the_book_without_being_shown():
+    """``remove-cell``: myst-nb executes the cell and shows neither its code nor its output;
+    Colab and Jupyter ignore the tag, so the cell stays in front of readers there. ``--check``
+    (``problems``) rejects a setup cell with any other tags, e.g. the old ``hide-output``."""
+    import nbformat
+
+    import setup_cell
+
+    source = setup_cell.setup_cell_source()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A page"),
+                                         nbformat.v4.new_code_cell("import torch")])
+    assert setup_cell.problems(nb, source) == ["cell 1 must be the setup cell"]
+    setup_cell.fix(nb, source)
+    assert nb.cells[1].metadata["tags"] == ["remove-cell"] and nb.cells[1].source == source
+    assert nb.cells[2].source == "import torch"  # inserted before the imports
+    assert setup_cell.problems(nb, source) == []
+    nb.cells[1].metadata["tags"] = ["hide-output"]  # shown in the book: not allowed
+    assert setup_cell.problems(nb, source) == [
+        "the setup cell must be tagged exactly ['remove-cell']"]
+    setup_cell.fix(nb, source)  # --write repairs it in place
+    assert nb.cells[1].metadata["tags"] == ["remove-cell"] and len(nb.cells) == 3
+
+
 def test_the_grader_runs_a_notebook_again_when_its_grading_cell_did_not_run(monkeypatch):
     import grade
 

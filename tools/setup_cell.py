@@ -10,7 +10,9 @@ is installed (a local path, a wheel, another ``git+`` URL): the tests use it to 
 local checkout.
 
 Every notebook under ``chapters/`` and ``appendix/`` has a title cell (Markdown) first and
-this setup cell second, tagged ``hide-output``.
+this setup cell second, tagged ``remove-cell``: the book executes it but shows neither its code
+nor its output (readers of the book have the library already), while Colab and Jupyter ignore
+the tag, so the cell stays visible there and in the student copies, where it does its job.
 
     python tools/setup_cell.py --check   # exit 1 and list the notebooks that disagree
     python tools/setup_cell.py --write   # rewrite (or insert) the setup cell where needed
@@ -30,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("chapters", "appendix")
 SOURCE_VARIABLE = "TRANSFORMER_LIB_SOURCE"
-TAGS = ["hide-output"]
+TAGS = ["remove-cell"]
 
 _TEMPLATE = '''\
 # Setup: install the course library where it is missing (on Colab, for example).
