@@ -13,13 +13,13 @@ import re
 import tomllib
 from pathlib import Path
 
-import nbformat
 import pytest
 
 import transformer_lib
 from transformer_lib import checks
 
 import test_layering
+from notebook_imports import import_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "CONTRIBUTING.md"
@@ -52,15 +52,10 @@ def spans(text: str) -> list[str]:
 def _imported_names(path: Path) -> set[tuple[str, str]]:
     """(module, name) for every ``from transformer_lib.x import name`` in a notebook."""
     found = set()
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        source = "\n".join(line for line in cell.source.splitlines()
-                           if not line.lstrip().startswith(("!", "%")))
-        for node in ast.walk(ast.parse(source)):
-            if (isinstance(node, ast.ImportFrom)
-                    and (node.module or "").startswith("transformer_lib.")):
-                found |= {(node.module, alias.name) for alias in node.names}
+    for node in import_nodes(path):
+        if (isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("transformer_lib.")):
+            found |= {(node.module, alias.name) for alias in node.names}
     return found
 
 

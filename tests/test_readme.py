@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 
 import test_layering
+from notebook_imports import import_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -45,16 +46,10 @@ def _imported_modules(path: Path) -> set[str]:
     """The library modules a notebook imports (``variants`` for ``variants.mla``), the
     checkers aside: every chapter imports those."""
     found = set()
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        source = "\n".join(line for line in cell.source.splitlines()
-                           if not line.lstrip().startswith(("!", "%")))
-        for node in ast.walk(ast.parse(source)):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found |= {n.split(".")[1] for n in names
-                      if n.startswith("transformer_lib.")}
+    for node in import_nodes(path):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""])
+        found |= {n.split(".")[1] for n in names if n.startswith("transformer_lib.")}
     return found - {"checks"}
 
 
