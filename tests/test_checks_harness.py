@@ -128,3 +128,59 @@ def test_reference_heads_follow_multi_head_attention():
     assert torch.equal(heads.transpose(1, 2).reshape(B, T, C), x)
 
 
+
+
+# forbid: a "write it yourself" exercise notices the library doing the work --------------------
+
+def _student(source: str, name: str):
+    """Define ``name`` from ``source`` in a fresh namespace, as a notebook cell would."""
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("source", [
+    "from transformer_lib.positional import apply_rope\n"
+    "def f(x, c, s):\n    return apply_rope(x, c, s)\n",
+    "from transformer_lib.positional import apply_rope as turn\n"
+    "def f(x, c, s):\n    return turn(x, c, s)\n",
+    "import transformer_lib.positional as P\n"
+    "def f(x, c, s):\n    return P.apply_rope(x, c, s)\n",
+    "def f(x, c, s):\n    from transformer_lib.positional import apply_rope\n"
+    "    return apply_rope(x, c, s)\n",
+])
+def test_forbid_catches_every_route_to_the_library(source):
+    from transformer_lib.positional import apply_rope, rope_cos_sin
+    fn = _student(source, "f")
+    x = torch.randn(3, 4)
+    cos, sin = rope_cos_sin(3, 4)
+    assert torch.equal(fn(x, cos, sin), apply_rope(x, cos, sin))  # allowed outside the check
+    with pytest.raises(_harness._Failure, match="apply_rope"):
+        _harness._call(fn, (x, cos, sin), ("x", "cos", "sin"), forbid=("apply_rope",))
+    assert torch.equal(fn(x, cos, sin), apply_rope(x, cos, sin))  # and restored after it
+
+
+def test_forbid_catches_a_reimported_module():
+    """The grader imports the checkers afresh: the notebook's module object is another one."""
+    import importlib.util
+
+    import transformer_lib.positional as real
+    spec = importlib.util.spec_from_file_location("transformer_lib.positional", real.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    fn = _student("def f(x):\n    return P.sinusoidal_encoding(x, 4)\n", "f")
+    fn.__globals__["P"] = copy
+    with pytest.raises(_harness._Failure, match="sinusoidal_encoding"):
+        _harness._call(fn, (3,), ("T",), forbid=("sinusoidal_encoding",))
+    assert fn(3).shape == (3, 4)
+
+
+def test_forbid_dotted_torch_name_and_own_code_passes():
+    rms = _student("import torch.nn.functional as F\n"
+                   "def f(x):\n    return F.rms_norm(x, (4,))\n", "f")
+    own = _student("def g(x):\n    return x / x.pow(2).mean(-1, keepdim=True).sqrt()\n", "g")
+    x = torch.randn(2, 4)
+    with pytest.raises(_harness._Failure, match="rms_norm"):
+        _harness._call(rms, (x,), ("x",), forbid=("torch.nn.functional.rms_norm",))
+    got = _harness._call(own, (x,), ("x",), forbid=("torch.nn.functional.rms_norm",))
+    assert torch.allclose(got, torch.nn.functional.rms_norm(x, (4,)))

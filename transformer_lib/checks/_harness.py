@@ -18,6 +18,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from transformer_lib.checks import _forbid
+
 # fp32 inputs, and a student may order the operations differently from the reference
 # (q / √D before or after the matmul, max subtracted or not): a few ulps of the scores.
 ATOL = 1e-5
@@ -202,16 +204,24 @@ def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
         raise _NotAttempted(frames[-1].name if frames else None) from None
 
 
-def _call(fn: Callable, args: Sequence[Any], names: Sequence[str]) -> Any:
+def _call(fn: Callable, args: Sequence[Any], names: Sequence[str], *,
+          forbid: Sequence[str] = ()) -> Any:
     """``fn(*args)`` on copies of the tensor arguments.
 
+    ``forbid`` names callables the exercise asks the student to write themselves (see
+    :func:`transformer_lib.checks._forbid.forbid`): calling one fails the check, naming it.
     Raises _NotAttempted for NotImplementedError, _Failure for any other exception and for an
     argument changed in place."""
     inputs = [a.clone() if isinstance(a, Tensor) else a for a in args]
     try:
-        result = _attempt(fn, inputs)
+        with _forbid.forbid(fn, forbid):
+            result = _attempt(fn, inputs)
     except _NotAttempted:
         raise
+    except _forbid.LibraryUsed as exc:
+        raise _Failure(f"calls `{exc.name}`, which does the work this exercise asks for",
+                       "write the computation yourself with tensor operations; the "
+                       "ready-made function is what your code is checked against") from None
     except Exception as exc:  # noqa: BLE001 - reported, never raised into the notebook
         line = _student_line(exc)
         where = f" at `{line}`" if line else ""
