@@ -9,6 +9,9 @@ Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``
 :data:`transformer_lib.attention.ATTENTION_FUNCTIONS`: ``"eager"``, the reference written out,
 ``"sdpa"``, PyTorch's fused kernel, or ``"tiled"``, key tiles with an online softmax; all three
 compute the same function. The model never builds a mask: every layer is told ``causal=True``.
+``DecoderConfig.positions`` picks how positions enter, for comparisons: ``"rope"`` (the
+default and the modern choice), the 2017 ``"sinusoidal"`` table or a ``"learned"`` table
+(GPT-2's ``wpe``) added to the token embeddings, or ``"none"``.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from transformer_lib.attention import ATTN_IMPLEMENTATIONS, MultiHeadAttention
 from transformer_lib.cache import KVCache, cache_length
 from transformer_lib.ffn import SwiGLU
 from transformer_lib.norms import RMSNorm
-from transformer_lib.positional import PAIRINGS, rope_cos_sin
+from transformer_lib.positional import PAIRINGS, rope_cos_sin, sinusoidal_encoding
 from transformer_lib.sampling import check_sampling, sample_next_token
 from transformer_lib.validation import (
     check_bool,
@@ -33,7 +36,11 @@ from transformer_lib.validation import (
     check_token_ids,
 )
 
-__all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "KVCache"]
+__all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "KVCache", "POSITIONS"]
+
+# How positions enter the model: rotations of q and k in every layer, a table added to the
+# token embeddings (fixed sinusoids or learned rows), or not at all.
+POSITIONS = ("rope", "sinusoidal", "learned", "none")
 
 
 @dataclass
@@ -55,6 +62,7 @@ class DecoderConfig:
     # "eager" = the readable reference (the weights are formed and kept for plotting);
     # "sdpa" = torch.nn.functional.scaled_dot_product_attention, fused, same numbers
     attn_implementation: str = "eager"
+    positions: str = "rope"  # one of POSITIONS; the rope_* fields matter only for "rope"
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
@@ -65,6 +73,7 @@ class DecoderConfig:
         check_bool("tie_embeddings", self.tie_embeddings)
         check_choice("rope_pairing", self.rope_pairing, PAIRINGS)
         check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
+        check_choice("positions", self.positions, POSITIONS)
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -73,7 +82,9 @@ class DecoderConfig:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})"
             )
-        if self.head_dim % 2 != 0:
+        if self.positions == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"the sinusoidal table needs an even d_model, got {self.d_model}")
+        if self.positions == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"RoPE needs an even head dim, got d_model // n_heads = "
                 f"{self.d_model} // {self.n_heads} = {self.head_dim}"
@@ -97,9 +108,11 @@ class DecoderBlock(nn.Module):
         self.mlp = SwiGLU(config.d_model, config.d_ff)
         self.rope_pairing = config.rope_pairing
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None,
-                *, causal: bool = True, mask: Tensor | None = None) -> Tensor:
-        """x ``(B, T, C)`` -> ``(B, T, C)``; ``rope`` is ``(cos, sin)``, ``(T, D/2)`` each.
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None,
+                cache: KVCache | None = None, *, causal: bool = True,
+                mask: Tensor | None = None) -> Tensor:
+        """x ``(B, T, C)`` -> ``(B, T, C)``; ``rope`` is ``(cos, sin)``, ``(T, D/2)`` each, or
+        None for a model whose positions are not rotations.
 
         ``cache``, ``causal`` (the T positions are the last of the keys and see no later
         one) and an optional extra ``mask`` go to the attention
@@ -125,19 +138,34 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        cos, sin = rope_cos_sin(config.max_seq_len, config.head_dim, config.rope_theta)
-        self.register_buffer("rope_cos", cos, persistent=False)  # (max_seq_len, D/2)
-        self.register_buffer("rope_sin", sin, persistent=False)  # (max_seq_len, D/2)
+        if config.positions == "learned":  # one trained row per position (GPT-2's wpe)
+            self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model)
+        self._register_position_tables()
         self.apply(self._init_weights)
 
-    def _apply(self, fn, recurse=True):
-        # After .to(dtype)/.double()/.cuda(), recompute the RoPE tables in the new dtype
-        # (from fp64 angles) instead of up-casting rounded fp32 values.
-        super()._apply(fn, recurse)
+    def _position_tables(self, device=None, dtype=None) -> dict[str, Tensor]:
+        """The fixed tables ``config.positions`` needs, computed in fp64 and rounded once."""
         c = self.config
-        self.rope_cos, self.rope_sin = rope_cos_sin(c.max_seq_len, c.head_dim, c.rope_theta,
-                                                    device=self.rope_cos.device,
-                                                    dtype=self.rope_cos.dtype)
+        if c.positions == "rope":
+            cos, sin = rope_cos_sin(c.max_seq_len, c.head_dim, c.rope_theta, device=device,
+                                    dtype=dtype or torch.float32)
+            return {"rope_cos": cos, "rope_sin": sin}  # (max_seq_len, D/2) each
+        if c.positions == "sinusoidal":
+            table = sinusoidal_encoding(c.max_seq_len, c.d_model).double()  # (max_seq_len, C)
+            return {"position_table": table.to(device=device, dtype=dtype or torch.float32)}
+        return {}
+
+    def _register_position_tables(self) -> None:
+        for name, table in self._position_tables().items():
+            self.register_buffer(name, table, persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # After .to(dtype)/.double()/.cuda(), recompute the fixed position tables in the new
+        # dtype (from fp64 angles) instead of up-casting rounded fp32 values.
+        super()._apply(fn, recurse)
+        w = self.embed_tokens.weight
+        for name, table in self._position_tables(w.device, w.dtype).items():
+            setattr(self, name, table)
         return self
 
     @staticmethod
@@ -194,8 +222,15 @@ class Decoder(nn.Module):
         start, T = (0 if cache is None else cache.pos), tokens.shape[1]
         # Query i sits at absolute position start + i; keys run 0 … start + T - 1. Each
         # layer's attention is causal, aligned to the last key (no mask is built here).
-        rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2) each
         x = self.embed_tokens(tokens)  # (B, T, C)
+        rope = None
+        positions = self.config.positions
+        if positions == "rope":
+            rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # (T, D/2)
+        elif positions == "sinusoidal":
+            x = x + self.position_table[start:start + T]  # (B, T, C) + (T, C)
+        elif positions == "learned":
+            x = x + self.embed_positions.weight[start:start + T]  # (B, T, C) + (T, C)
         for layer in self.layers:
             x = layer(x, rope, cache)
         if cache is not None:
