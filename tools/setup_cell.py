@@ -18,11 +18,14 @@ the tag, so the cell stays visible there and in the student copies, where it doe
     python tools/setup_cell.py --write   # rewrite (or insert) the setup cell where needed
 
 ``make book`` runs ``--write`` (outside CI), so changing the repository in ``_config.yml`` and
-rebuilding is all it takes to move the course to a new home.
+rebuilding is all it takes to move the course's notebooks to a new home. The same line gives
+the book's address on GitHub Pages (``pages_url``), which ``html.baseurl`` must equal
+(``tools/release.py check``).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -74,6 +77,26 @@ def repository(config_path: Path = ROOT / "_config.yml") -> tuple[str, str]:
     if not url.startswith("https://"):
         raise ValueError(f"repository.url in {config_path} must be an https URL, got {url!r}")
     return url, str(repo.get("branch") or "main")
+
+
+def pages_url(url: str) -> str:
+    """The address where GitHub Pages serves the book of the GitHub repository ``url``.
+
+    Args:
+        url: ``https://github.com/<owner>/<repo>`` (``repository.url``).
+
+    Returns:
+        ``https://<owner>.github.io/<repo>/`` (the owner in lower case, as Pages writes it),
+        or ``https://<owner>.github.io/`` for the repository named ``<owner>.github.io``.
+
+    Raises:
+        ValueError: ``url`` is not the address of a GitHub repository."""
+    found = re.fullmatch(r"https://github\.com/([A-Za-z0-9-]+)/([\w.-]+?)(?:\.git)?/?", url)
+    if not found:
+        raise ValueError(f"not the address of a GitHub repository: {url!r}")
+    owner, name = found.group(1).lower(), found.group(2)
+    site = f"https://{owner}.github.io/"
+    return site if name.lower() == f"{owner}.github.io" else f"{site}{name}/"
 
 
 def install_source(url: str, branch: str) -> str:
