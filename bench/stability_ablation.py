@@ -11,6 +11,8 @@ programs on a busy machine do not inflate. The options default to ``stability_ab
 defaults.
 
     python bench/stability_ablation.py                 # the sweep shipped with the library
+    python bench/stability_ablation.py --depths 4 --lr-scale 0.1 \
+        --out transformer_lib/data/stability_lower_rate.json   # 4 layers at a quarter the rate
     python bench/stability_ablation.py --depths 2 --seeds 1 --out /tmp/small.json
 """
 from __future__ import annotations
@@ -60,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr-scale", type=float, default=DEFAULTS["lr_scale"],
                         help="factor on the Noam rate, as train_reversal's lr_scale "
                              "(default: %(default)s)")
+    parser.add_argument("--norms", nargs="+", choices=NORMS, default=list(DEFAULTS["norms"]),
+                        help="norm placements to run (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"where to write the JSON (default: {DEFAULT_OUT})")
     return parser.parse_args(argv)
@@ -70,13 +74,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     command = "python bench/stability_ablation.py" + "".join(
         f" {arg}" for arg in (argv if argv is not None else sys.argv[1:]))
-    n_runs = len(args.depths) * len(NORMS) * len(SCHEDULES) * args.seeds
-    print(f"{n_runs} runs: depths {args.depths} x post/pre-norm x noam/no-warmup x "
+    n_runs = len(args.depths) * len(args.norms) * len(SCHEDULES) * args.seeds
+    print(f"{n_runs} runs: depths {args.depths} x {'/'.join(args.norms)}-norm x noam/no-warmup x "
           f"{args.seeds} seeds, {args.steps} steps of {args.batch_size} sequences", flush=True)
     start, cpu_start = time.perf_counter(), time.process_time()
     results = stability_ablation(args.depths, range(args.seeds), steps=args.steps,
                                  batch_size=args.batch_size, warmup=args.warmup,
-                                 lr_scale=args.lr_scale,
+                                 lr_scale=args.lr_scale, norms=args.norms,
                                  log=lambda line: print(line, flush=True))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     results = {

@@ -129,3 +129,49 @@ def test_bad_cache_use_is_rejected():
         cache.update(0, torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
     with pytest.raises(ValueError, match=r"layer_idx must be >= 0, got -1"):
         MultiHeadAttention(8, 2, layer_idx=-1)
+
+
+def test_update_returns_views_of_the_preallocated_memory():
+    """Preallocation: the keys and values handed back are views of the cache's own tensors
+    (nothing is copied to grow it), and the tensors are never replaced."""
+    cache = KVCache(n_layers=2, batch_size=1, n_kv_heads=2, max_seq_len=8, head_dim=3)
+    k_memory, v_memory = cache.k, cache.v
+    for T in (3, 1, 1):
+        k, v = cache.update(1, torch.randn(1, 2, T, 3), torch.randn(1, 2, T, 3))
+        cache.advance(T)
+        assert k._base is k_memory and v._base is v_memory
+        assert k.data_ptr() == cache.k[1].data_ptr() and v.data_ptr() == cache.v[1].data_ptr()
+    assert cache.k is k_memory and cache.v is v_memory
+
+
+def test_a_left_padded_batch_shares_one_pos_and_decodes_each_sequence_as_alone():
+    """Prompts of 3 and 7 tokens, left-padded to 7, prefilled and decoded for 3 steps with one
+    cache and a mask over the padded keys in every forward: each sequence's logits equal its
+    own decoding, in float64 to 1e-12 (RoPE sees only differences of positions)."""
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=24, max_seq_len=16)
+    model = randomize_(Decoder(config)).double().eval()
+    prompts = [torch.randint(0, 11, (n,)) for n in (3, 7)]
+    steps = torch.randint(0, 11, (2, 3))  # the tokens fed at the 3 decode steps
+    L = 7
+    tokens = torch.stack([torch.cat([torch.zeros(L - len(p), dtype=torch.long), p])
+                          for p in prompts])  # (2, L)
+    real = torch.ones(2, L + 3, dtype=torch.bool)  # (B, S_max): slots holding a token
+    real[0, :L - 3] = False
+    cache, batched = model.new_cache(2), []
+    with torch.no_grad():
+        for chunk in (tokens, *steps.split(1, dim=1)):
+            T, start = chunk.shape[1], cache.pos
+            rope = (model.rope_cos[start:start + T], model.rope_sin[start:start + T])
+            x = model.embed_tokens(chunk)  # (B, T, C)
+            for layer in model.layers:
+                x = layer(x, rope, cache, mask=real[:, None, None, :start + T])
+            cache.advance(T)
+            batched.append(model.lm_head(model.norm(x)))  # (B, T, V)
+        batched = torch.cat(batched, dim=1)  # (B, L + 3, V)
+        for b, p in enumerate(prompts):
+            alone = model(torch.cat([p, steps[b]])[None])[0]  # (len + 3, V)
+            torch.testing.assert_close(batched[b, L - len(p):], alone, atol=1e-12, rtol=0)
+        unmasked = model(tokens)[0, L - 3:]  # the padding attended
+        assert (unmasked - model(prompts[0][None])[0]).abs().max() > 1e-3

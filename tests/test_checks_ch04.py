@@ -7,16 +7,16 @@ import torch
 
 from transformer_lib.checks import (
     ch04_normalisation,
+    check_deepnorm_gradient_profile,
     check_noam_for_base_lr,
-    check_pre_norm_decoder_layer,
-    check_stable_rms_norm,
+    check_rezero_encoder_layer,
 )
 
 from chapter_solutions import references
 from conftest import mistake_tests
 
-noam_for_base_lr, pre_norm_decoder_layer, stable_rms_norm = references(
-    "04_normalisation", "noam_for_base_lr", "pre_norm_decoder_layer", "stable_rms_norm")
+noam_for_base_lr, rezero_encoder_layer, deepnorm_gradient_profile = references(
+    "04_normalisation", "noam_for_base_lr", "rezero_encoder_layer", "deepnorm_gradient_profile")
 
 
 def noam_wrong(*, divide=True, d_factor=True, rise=-1.5, shift=0, guard_zero=True,
@@ -40,60 +40,62 @@ def noam_wrong(*, divide=True, d_factor=True, rise=-1.5, shift=0, guard_zero=Tru
     return outer
 
 
-def rms_in_input_dtype(x, weight, eps=1e-6):
-    """Everything in x's dtype: the squares overflow fp16."""
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+def rezero_scaled_sum(layer, x, alpha):
+    """alpha multiplies the residual path as well: alpha·(x + f(x))."""
+    h = alpha * (x + layer.self_attn(x))
+    return alpha * (h + layer.feed_forward(h))
 
 
-def rms_always_fp32(x, weight, eps=1e-6):
-    h = x.float()
-    out = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
-    return out.to(x.dtype)
+def rezero_without_gate(layer, x, alpha):
+    h = x + layer.self_attn(x)
+    return h + layer.feed_forward(h)
 
 
-def rms_returns_fp32(x, weight, eps=1e-6):
-    h = x.float()
-    return h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
+def rezero_ffn_ungated(layer, x, alpha):
+    h = x + alpha * layer.self_attn(x)
+    return h + layer.feed_forward(h)
 
 
-def rms_eps_outside(x, weight, eps=1e-6):
-    h = x.double()
-    return (h / (h.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight.double()).to(x.dtype)
+def rezero_ffn_reads_x(layer, x, alpha):
+    return x + alpha * layer.self_attn(x) + alpha * layer.feed_forward(x)
 
 
-def rms_variance(x, weight, eps=1e-6):
-    h = x.double()
-    var = h.var(dim=-1, keepdim=True, unbiased=False)
-    return (h * torch.rsqrt(var + eps) * weight.double()).to(x.dtype)
+def rezero_gate_as_float(layer, x, alpha):
+    """The right numbers, but alpha cut out of the graph: it could never learn."""
+    a = alpha.detach()
+    h = x + a * layer.self_attn(x)
+    return h + a * layer.feed_forward(h)
 
 
-def the_buggy_layer(layer, x, memory, tgt_mask):
-    """The layer from the exercise, unfixed."""
-    h = layer.norm1(x)
-    x = h + layer.self_attn(h, mask=tgt_mask)
-    h = layer.norm2(x)
-    x = x + layer.cross_attn(h, layer.norm2(memory))
-    h = layer.norm3(x)
-    return x + layer.feed_forward(h)
+def rezero_by_the_library(layer, x, alpha):
+    """The library's layer does the sums: it needs the norms ReZero does not have."""
+    return layer(x)
 
 
-def residual_still_normed(layer, x, memory, tgt_mask):
-    h = layer.norm1(x)
-    x = h + layer.self_attn(h, mask=tgt_mask)
-    x = x + layer.cross_attn(layer.norm2(x), memory)
-    return x + layer.feed_forward(layer.norm3(x))
+def deepnorm(layers, x, target, *, alpha=None, on_branch=False, reduction="mean",
+             norms_in_profile=True):
+    """deepnorm_gradient_profile with one of the usual mistakes."""
+    a = (2 * len(layers)) ** 0.25 if alpha is None else alpha
+    h = x
+    for layer in layers:
+        for norm, f in ((layer.norm1, layer.self_attn), (layer.norm2, layer.feed_forward)):
+            h = norm(h + a * f(h)) if on_branch else norm(a * h + f(h))
+    loss = torch.nn.functional.mse_loss(h, target, reduction=reduction)
+    params = [[p for name, p in layer.named_parameters()
+               if norms_in_profile or not name.startswith("norm")] for layer in layers]
+    grads = torch.autograd.grad(loss, [p for group in params for p in group])
+    out, i = [], 0
+    for group in params:
+        out.append(torch.cat([g.flatten() for g in grads[i:i + len(group)]]).norm())
+        i += len(group)
+    return torch.stack(out)
 
 
-def memory_still_normed(layer, x, memory, tgt_mask):
-    x = x + layer.self_attn(layer.norm1(x), mask=tgt_mask)
-    x = x + layer.cross_attn(layer.norm2(x), layer.norm2(memory))
-    return x + layer.feed_forward(layer.norm3(x))
-
-
-def query_from_memory(layer, x, memory, tgt_mask):
-    x = x + layer.self_attn(layer.norm1(x), mask=tgt_mask)
-    x = memory + layer.cross_attn(memory, layer.norm2(x))
-    return x + layer.feed_forward(layer.norm3(x))
+def deepnorm_by_the_library(layers, x, target):
+    """The layers' own forward: plain post-norm."""
+    for layer in layers:
+        x = layer(x)
+    return x
 
 
 WRONG = [
@@ -103,36 +105,41 @@ WRONG = [
       "divided by base_lr"]),
     (check_noam_for_base_lr, noam_wrong(d_factor=False), ["starts with the factor d_model^-0.5"]),
     (check_noam_for_base_lr, noam_wrong(rise=-0.5), ["t · warmup^-1.5"]),
-    (check_noam_for_base_lr, noam_wrong(shift=1), ["one step off"]),
+    (check_noam_for_base_lr, noam_wrong(shift=1),
+     ["one step late", "max(step, 1)", "step + 1 maps"]),
     (check_noam_for_base_lr, noam_wrong(guard_zero=False),
      ["at step 0, raised ZeroDivisionError", "count step 0 as step 1"]),
     (check_noam_for_base_lr, noam_wrong(check_base=False),
      ["3 of 4 checks passed", "returned a value of type function instead of raising a "
                            "ValueError"]),
     (check_noam_for_base_lr, lambda d, w, base: 0.001, ["return the function of the step"]),
-    (check_stable_rms_norm, rms_in_input_dtype,
-     ["3 of 5 checks passed", "the square of anything above 256 overflows"]),
-    (check_stable_rms_norm, rms_always_fp32, ["4 of 5 checks passed", "keep fp64 in fp64"]),
-    (check_stable_rms_norm, rms_returns_fp32,
-     ["wrong dtype for the output: expected torch.float16, got torch.float32",
-      "keep the dtype of the inputs"]),
-    (check_stable_rms_norm, rms_eps_outside, ["eps goes inside the square root"]),
-    (check_stable_rms_norm, rms_variance, ["divides by the standard deviation"]),
-    (check_stable_rms_norm, lambda x, w, eps: (x * torch.rsqrt(x.float().pow(2).mean(
-        dim=-1, keepdim=True) + eps)).to(x.dtype), ["`weight` is missing"]),
-    (check_pre_norm_decoder_layer, the_buggy_layer,
-     ["0 of 3 checks passed", "both bugs are still there"]),
-    (check_pre_norm_decoder_layer, residual_still_normed, ["the identity path is lost"]),
-    (check_pre_norm_decoder_layer, memory_still_normed,
-     ["the decoder's norms normalise the decoder's own stream only"]),
-    (check_pre_norm_decoder_layer, lambda layer, x, memory, mask: layer(x, memory, mask),
-     ["that is the post-norm layer"]),
-    (check_pre_norm_decoder_layer,
-     lambda layer, x, memory, mask: pre_norm_decoder_layer(layer, x, memory, None),
-     ["needs the causal mask"]),
-    (check_pre_norm_decoder_layer, query_from_memory,
-     ["wrong shape for the output: expected (B, T, C) = (2, 5, 16), got (2, 7, 16)",
-      "queries come from the decoder's stream"]),
+    (check_rezero_encoder_layer, rezero_scaled_sum,
+     ["0 of 4 checks passed", "alpha multiplies the sublayer's output only"]),
+    (check_rezero_encoder_layer, rezero_without_gate, ["alpha is missing"]),
+    (check_rezero_encoder_layer, rezero_ffn_reads_x,
+     ["reads the stream after the attention's update"]),
+    (check_rezero_encoder_layer, rezero_gate_as_float,
+     ["3 of 4 checks passed", "alpha gets no gradient", "cut it out of the graph"]),
+    (check_rezero_encoder_layer, rezero_by_the_library,
+     ["0 of 4 checks passed", "ReZero has no norm"]),
+    (check_rezero_encoder_layer, rezero_ffn_ungated,
+     ["the feed-forward network's output needs alpha too"]),
+    (check_deepnorm_gradient_profile, lambda layers, x, t: deepnorm(layers, x, t, alpha=1.0),
+     ["that is the plain post-norm stack"]),
+    (check_deepnorm_gradient_profile,
+     lambda layers, x, t: deepnorm(layers, x, t, alpha=(8 * len(layers)) ** -0.25),
+     ["is beta, DeepNorm's gain"]),
+    (check_deepnorm_gradient_profile, lambda layers, x, t: deepnorm(layers, x, t, on_branch=True),
+     ["alpha multiplies x, the residual"]),
+    (check_deepnorm_gradient_profile,
+     lambda layers, x, t: deepnorm(layers, x, t, norms_in_profile=False),
+     ["the norms' weights and biases included"]),
+    (check_deepnorm_gradient_profile, lambda layers, x, t: deepnorm(layers, x, t, reduction="sum"),
+     ["not the sum"]),
+    (check_deepnorm_gradient_profile, lambda layers, x, t: deepnorm(layers, x, t, alpha=2.0),
+     ["0 of 3 checks passed", "wrong values in the gradient norms"]),
+    (check_deepnorm_gradient_profile, deepnorm_by_the_library,
+     ["0 of 3 checks passed", "this layer's own forward is the plain post-norm layer"]),
 ]
 
 
@@ -140,18 +147,20 @@ test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_lea
     mistake_tests(WRONG, ch04_normalisation))
 
 
-def test_the_references_pass_for_weights_applied_before_or_after_the_cast(capsys):
-    """Both orders of the last two operations are right: scale in fp32 then cast (the
-    library), or cast then scale in x's dtype (Hugging Face's Llama)."""
-    from transformer_lib.norms import RMSNorm
-
-    def library_order(x, weight, eps=1e-6):
-        norm = RMSNorm(x.shape[-1], eps).to(x.dtype)
-        with torch.no_grad():
-            norm.weight.copy_(weight)
-        return norm(x).detach()
-
-    for solution in (stable_rms_norm, library_order):
-        assert check_stable_rms_norm(solution)
+def test_the_references_pass(capsys):
     assert check_noam_for_base_lr(noam_for_base_lr)
+    assert check_rezero_encoder_layer(rezero_encoder_layer)
+    assert check_deepnorm_gradient_profile(deepnorm_gradient_profile)
     capsys.readouterr()
+
+
+def test_the_checkers_leave_the_library_layers_as_they_were(capsys):
+    """The norms the ReZero checker removes and the forward the DeepNorm checker refuses
+    belong to the checker's own layers: the library's EncoderLayer still works."""
+    from transformer_lib.encoder_decoder import EncoderLayer
+
+    check_rezero_encoder_layer(rezero_by_the_library)
+    check_deepnorm_gradient_profile(deepnorm_by_the_library)
+    capsys.readouterr()
+    layer = EncoderLayer(8, 2, 16, dropout=0.0)
+    assert layer(torch.randn(1, 3, 8)).shape == (1, 3, 8)

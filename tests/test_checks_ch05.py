@@ -8,17 +8,17 @@ import torch
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.checks import (
     ch05_positions,
+    check_ntk_rope_tables,
     check_rope_cached_attention,
-    check_rope_interleaved,
     check_sinusoid_shift_matrix,
 )
-from transformer_lib.positional import apply_rope
+from transformer_lib.positional import apply_rope, rope_cos_sin, rope_frequencies
 
 from chapter_solutions import references
 from conftest import mistake_tests
 
-rope_cached_attention, rope_interleaved, sinusoid_shift_matrix = references(
-    "05_positional", "rope_cached_attention", "rope_interleaved", "sinusoid_shift_matrix")
+ntk_rope_tables, rope_cached_attention, sinusoid_shift_matrix = references(
+    "05_positional", "ntk_rope_tables", "rope_cached_attention", "sinusoid_shift_matrix")
 
 
 def shift_matrix_with(*, exponent=2.0, sign=1.0, use_k=True, dtype=torch.float64):
@@ -35,15 +35,27 @@ def shift_matrix_with(*, exponent=2.0, sign=1.0, use_k=True, dtype=torch.float64
     return shift
 
 
-def interleaved_tiled_tables(x, cos, sin):
-    """The classic bug: the tables side by side (cat) where each column must repeat."""
-    swapped = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
-    return x * torch.cat([cos, cos], -1) + swapped * torch.cat([sin, sin], -1)
+def tables_with(*, base_power=None, lower=False, divide_positions=False, swap=False,
+                tile=False):
+    """ntk_rope_tables with one of the usual mistakes, written as a student would."""
+
+    def tables(T, head_dim, factor, theta=10000.0):
+        power = head_dim / (head_dim - 2) if base_power is None else base_power
+        power = -power if lower else power
+        speed = rope_frequencies(head_dim, theta * factor ** power)  # (D/2,)
+        pos = torch.arange(T, dtype=torch.float64) / (factor if divide_positions else 1.0)
+        angles = pos[:, None] * speed  # (T, D/2)
+        if tile:
+            angles = torch.cat([angles, angles], dim=-1)  # (T, D): Hugging Face's layout
+        cos, sin = angles.cos().float(), angles.sin().float()
+        return (sin, cos) if swap else (cos, sin)
+
+    return tables
 
 
-def interleaved_not_put_back(x, cos, sin):
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+def ntk_by_the_library(T, head_dim, factor, theta=10000.0):
+    """The right tables, but from the library's rope_cos_sin: the exercise forbids it."""
+    return rope_cos_sin(T, head_dim, theta * factor ** (head_dim / (head_dim - 2)))
 
 
 def step_with(*, at_zero=False, rotate_v=False, store_raw=False, rotate_cache=False):
@@ -73,15 +85,18 @@ WRONG = [
      ["1 of 4 checks passed", "this is the matrix for one step"]),
     (check_sinusoid_shift_matrix, lambda k, d: sinusoid_shift_matrix(k, d)[: d // 2],
      ["wrong shape for M_k: expected (d, d) = (8, 8), got (4, 8)"]),
-    (check_rope_interleaved, lambda x, cos, sin: apply_rope(x, cos, sin, "half"),
-     ["0 of 3 checks passed", "should be split-half RoPE of the reordered input",
-      "the split-half pairing"]),
-    (check_rope_interleaved, lambda x, cos, sin: rope_interleaved(x, cos, -sin),
-     ["the pairs turn the wrong way"]),
-    (check_rope_interleaved, interleaved_not_put_back, ["back into channels 2i and 2i+1"]),
-    (check_rope_interleaved, interleaved_tiled_tables, ["repeat each column twice"]),
-    (check_rope_interleaved, lambda x, cos, sin: rope_interleaved(x, cos, sin).float(),
-     ["2 of 3 checks passed", "wrong dtype for the output"]),
+    (check_ntk_rope_tables, tables_with(divide_positions=True),
+     ["1 of 4 checks passed", "this is position interpolation"]),
+    (check_ntk_rope_tables, tables_with(base_power=1.0),
+     ["the slowest pair (the last column) turns", "raise factor to the power D/(D-2)"]),
+    (check_ntk_rope_tables, tables_with(lower=True),
+     ["the pairs turn faster than with theta"]),
+    (check_ntk_rope_tables, tables_with(swap=True),
+     ["0 of 4 checks passed", "cos and sin are swapped"]),
+    (check_ntk_rope_tables, tables_with(tile=True),
+     ["wrong shape for cos", "one column per channel pair"]),
+    (check_ntk_rope_tables, ntk_by_the_library,
+     ["0 of 4 checks passed", "calls `rope_cos_sin`"]),
     (check_rope_cached_attention, step_with(at_zero=True),
      ["1 of 3 checks passed", "wrong values in out", "as if it sat at position 0"]),
     (check_rope_cached_attention, step_with(rotate_v=True),
@@ -102,6 +117,19 @@ WRONG = [
 
 def test_a_float32_shift_matrix_passes(capsys):
     assert check_sinusoid_shift_matrix(shift_matrix_with(dtype=torch.float32))
+
+
+def test_ntk_tables_in_float64_pass_and_match_the_slowest_pair_by_hand(capsys):
+    def in_float64(T, head_dim, factor, theta=10000.0):
+        return tuple(t.double() for t in ntk_rope_tables(T, head_dim, factor, theta))
+
+    assert check_ntk_rope_tables(in_float64)
+    # By hand, for the chapter's sizes (D = 8, factor 4): the base is 10000 * 4^(8/6), the
+    # fastest pair still turns 1 rad per position, the slowest 0.001 / 4.
+    cos, sin = ntk_rope_tables(3, 8, 4.0)
+    step = torch.atan2(sin[1].double(), cos[1].double())
+    assert abs(step[0].item() - 1.0) < 1e-6
+    assert abs(step[-1].item() - 0.001 / 4) < 1e-8
 
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (

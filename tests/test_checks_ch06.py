@@ -7,7 +7,12 @@ import math
 
 import torch
 
-from transformer_lib.attention import MultiHeadAttention, causal_mask, repeat_kv
+from transformer_lib.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    repeat_kv,
+    scaled_dot_product_attention,
+)
 from transformer_lib.checks import (
     ch06_modern_decoder,
     check_decoder_param_count,
@@ -86,7 +91,7 @@ def qk_norm_variant(**mistake):
 
 
 def qk_norm_over_channels(x, attn, q_norm, k_norm, cos, sin):
-    """RMS statistics over all C channels of the projection, before the split into heads."""
+    """RMS statistics over all C channels of the projection, then each head's D weights."""
     B, T, C = x.shape
     H, H_kv = attn.n_heads, attn.n_kv_heads
     D = C // H
@@ -94,13 +99,27 @@ def qk_norm_over_channels(x, attn, q_norm, k_norm, cos, sin):
     def rms(t):
         return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
 
-    q = rms(attn.q_proj(x)).view(B, T, H, D).transpose(1, 2) * q_norm.weight
-    k = rms(attn.k_proj(x)).view(B, T, H_kv, D).transpose(1, 2) * k_norm.weight
+    q = rms(attn.q_proj(x)).view(B, T, H, D).transpose(1, 2) * q_norm.weight[:D]
+    k = rms(attn.k_proj(x)).view(B, T, H_kv, D).transpose(1, 2) * k_norm.weight[:D]
     v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)
     scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~causal_mask(T), -math.inf)
     out = torch.softmax(scores, -1) @ v
+    return attn.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+def qk_norm_per_head_only(x, attn, q_norm, k_norm, cos, sin):
+    """Qwen3's placement for every model: RMSNorm on (B, H, T, D), whatever its size."""
+    B, T, C = x.shape
+    H, H_kv = attn.n_heads, attn.n_kv_heads
+    D = C // H
+    q = q_norm(attn.q_proj(x).view(B, T, H, D).transpose(1, 2))
+    k = k_norm(attn.k_proj(x).view(B, T, H_kv, D).transpose(1, 2))
+    v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)
+    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T))
     return attn.o_proj(out.transpose(1, 2).reshape(B, T, C))
 
 
@@ -131,13 +150,21 @@ WRONG = [
     (check_gqa_to_mha, lambda sd, H, H_kv: list(gqa_to_mha(sd, H, H_kv).values()),
      ["return a dict of tensors"]),
     (check_qk_norm_attention, qk_norm_variant(order="rope-norm"),
-     ["0 of 3 checks passed", "the norm comes before RoPE"]),
+     ["0 of 4 checks passed", "the norm comes before RoPE"]),
     (check_qk_norm_attention, qk_norm_variant(norm_k=False), ["normalise the keys too"]),
     (check_qk_norm_attention, qk_norm_variant(norm_v=True), ["the values stay"]),
     (check_qk_norm_attention, qk_norm_variant(masked=False), ["the attention is causal"]),
     (check_qk_norm_attention, qk_norm_variant(pairing="interleaved"), ["split-half pairing"]),
     (check_qk_norm_attention, qk_norm_over_channels,
-     ["0 of 3 checks passed", "position 1", "over each head's D channels"]),
+     ["0 of 4 checks passed", "position 1", "this case follows Qwen3",
+      "over each head's D channels"]),
+    (check_qk_norm_attention, qk_norm_per_head_only,
+     ["2 of 4 checks passed", "this case follows OLMo 2", "the whole projection"]),
+    (check_qk_norm_attention, qk_norm_variant(stats="head"),
+     ["2 of 4 checks passed", "this case follows OLMo 2"]),
+    (check_qk_norm_attention,  # the library's attention: no QK-norm at all
+     lambda x, attn, q_norm, k_norm, cos, sin: attn(x, rope=(cos, sin), causal=True),
+     ["0 of 4 checks passed", "wrong values in the output"]),
     (check_qk_norm_attention,
      lambda *args: qk_norm_attention(*args).view(args[0].shape[0], args[0].shape[1],
                                                  args[1].n_heads, -1).transpose(1, 2),
@@ -179,3 +206,35 @@ def test_qk_norm_reference_equals_hugging_face_qwen3_attention():
         rope_first = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, order="rope-norm")
     assert (got - expected).abs().max().item() < 1e-5
     assert (rope_first - expected).abs().max().item() > 1e-3
+
+
+def test_qk_norm_reference_with_whole_width_norms_equals_hugging_face_olmo2_attention():
+    """With norms of H·D and H_kv·D weights the checker's reference is OLMo 2's attention:
+    RMSNorm over the whole projection of a position, then the split into heads, then RoPE."""
+    transformers = require("transformers")
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
+
+    config = transformers.Olmo2Config(hidden_size=32, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64,
+                                      num_hidden_layers=1, vocab_size=16, rms_norm_eps=1e-6)
+    config._attn_implementation = "eager"
+    hf = randomize_(Olmo2Attention(config, layer_idx=0)).eval()
+    attn = MultiHeadAttention(32, 4, 2, bias=False).eval()
+    q_norm, k_norm = RMSNorm(32, eps=1e-6), RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(attn, name).weight.copy_(getattr(hf, name).weight)
+        q_norm.weight.copy_(hf.q_norm.weight)
+        k_norm.weight.copy_(hf.k_norm.weight)
+    assert not torch.allclose(q_norm.weight, torch.ones(32))
+    T = 7
+    cos, sin = rope_cos_sin(T, 8)  # (T, D/2)
+    full = (torch.cat([cos, cos], -1)[None], torch.cat([sin, sin], -1)[None])  # (1, T, D)
+    blocked = torch.full((T, T), -math.inf).triu(1)[None, None]  # (1, 1, T, T) additive
+    x = torch.randn(2, T, 32)
+    with torch.no_grad():
+        expected, _ = hf(x, position_embeddings=full, attention_mask=blocked)
+        got = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)
+        per_head = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, stats="head")
+    assert (got - expected).abs().max().item() < 1e-5
+    assert (per_head - expected).abs().max().item() > 1e-3

@@ -8,6 +8,7 @@ import torch
 from transformer_lib.attention import causal_mask, repeat_kv, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch07_kv_cache,
+    check_batched_generation,
     check_cached_attention_step,
     check_max_context,
     check_speculative_step,
@@ -17,8 +18,8 @@ from transformer_lib.positional import apply_rope
 from chapter_solutions import references
 from conftest import mistake_tests
 
-cached_attention_step, max_context, speculative_step = references(
-    "07_kv_cache", "cached_attention_step", "max_context", "speculative_step")
+cached_attention_step, max_context, speculative_step, generate_batch = references(
+    "07_kv_cache", "cached_attention_step", "max_context", "speculative_step", "generate_batch")
 
 
 def context_with(*, factor=2, use_n_heads=False, batch=True, bits=False, float_division=False):
@@ -58,12 +59,18 @@ def step_with(*, mask="causal", rope_from_zero=False, store_repeated=False, rota
     return step
 
 
-def speculative_with(*, rollback="accepted", shift=False, every_match=False, bonus=True):
+def speculative_with(*, rollback="accepted", shift=False, every_match=False, bonus=True,
+                     one_by_one=False):
     """speculative_step with one of the usual mistakes."""
 
     def step(model, cache, pending, draft):
         start, k = cache.pos, draft.shape[1]
-        choice = model(torch.cat([pending, draft], dim=1), cache).argmax(-1)  # (1, k + 1)
+        chunk = torch.cat([pending, draft], dim=1)  # (1, k + 1)
+        if one_by_one:  # the right tokens, from k + 1 forward passes
+            logits = torch.cat([model(chunk[:, i:i + 1], cache) for i in range(k + 1)], dim=1)
+        else:
+            logits = model(chunk, cache)
+        choice = logits.argmax(-1)  # (1, k + 1)
         if shift:
             choice = choice[:, 1:]
         agree = [bool(draft[0, i] == choice[0, i]) for i in range(min(k, choice.shape[1]))]
@@ -75,6 +82,56 @@ def speculative_with(*, rollback="accepted", shift=False, every_match=False, bon
         return new if bonus else draft[:, :n]
 
     return step
+
+
+def batch_with(*, mask="every", side="left", one_at_a_time=False, library=False):
+    """generate_batch with one of the usual mistakes, written independently of the checker."""
+
+    def generate(model, prompts, n):
+        if one_at_a_time:  # right tokens, one batch per prompt
+            return torch.cat([model.generate(p[None], n)[:, len(p):] for p in prompts])
+        B, L = len(prompts), max(len(p) for p in prompts)
+        tokens = torch.zeros(B, L, dtype=torch.long)
+        real = torch.ones(B, L + n, dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            if side == "left":
+                tokens[b, L - len(p):], real[b, :L - len(p)] = p, False
+            else:
+                tokens[b, :len(p)], real[b, len(p):L] = p, False
+        if library:  # the library's generate on the padded batch: no key mask
+            return model.generate(tokens, n)[:, L:]
+        cache, out = model.new_cache(B, L + n), []
+        for step in range(n):
+            T, P = tokens.shape[1], cache.pos
+            rope = (model.rope_cos[P:P + T], model.rope_sin[P:P + T])
+            use = mask == "every" or (mask == "prefill" and step == 0)
+            x = model.embed_tokens(tokens)
+            for layer in model.layers:
+                x = layer(x, rope, cache, mask=real[:, None, None, :P + T] if use else None)
+            cache.advance(T)
+            tokens = model.lm_head(model.norm(x[:, -1:])).argmax(-1)
+            out.append(tokens)
+        return torch.cat(out, dim=1)
+
+    return generate
+
+
+def recompute_batch(model, prompts, n):
+    """The right tokens from one batch, but every step runs the whole padded sequence."""
+    L = max(len(p) for p in prompts)
+    tokens = torch.stack([torch.cat([torch.zeros(L - len(p), dtype=torch.long), p])
+                          for p in prompts])
+    real = torch.stack([torch.arange(L) >= L - len(p) for p in prompts])
+    for _ in range(n):
+        T = tokens.shape[1]
+        visible = real[:, None, None, :] & causal_mask(T)
+        x = model.embed_tokens(tokens)
+        for layer in model.layers:
+            x = layer(x, (model.rope_cos[:T], model.rope_sin[:T]), None, causal=False,
+                      mask=visible)
+        tokens = torch.cat([tokens, model.lm_head(model.norm(x[:, -1:])).argmax(-1)], dim=1)
+        real = torch.cat([real, torch.ones(len(prompts), 1, dtype=torch.bool)], dim=1)
+    return tokens[:, L:]
 
 
 WRONG = [
@@ -113,6 +170,22 @@ WRONG = [
       "a draft token after the first disagreement was accepted"]),
     (check_speculative_step, speculative_with(bonus=False),
      ["wrong shape for the new tokens", "the step returns n + 1 tokens"]),
+    (check_speculative_step, speculative_with(one_by_one=True),
+     ["0 of 4 checks passed", "the step ran the model 5 times",
+      "verify the whole draft in one forward pass"]),
+    (check_batched_generation, batch_with(mask="none"),
+     ["2 of 4 checks passed", "wrong values in the new tokens",
+      "the padding tokens were attended"]),
+    (check_batched_generation, batch_with(library=True),
+     ["2 of 4 checks passed", "the padding tokens were attended"]),
+    (check_batched_generation, batch_with(mask="prefill"),
+     ["the padded keys were blocked in the prefill only"]),
+    (check_batched_generation, batch_with(side="right"), ["pad on the left"]),
+    (check_batched_generation, batch_with(one_at_a_time=True),
+     ["1 of 4 checks passed", "a forward pass carried 1 sequence(s), not all 2",
+      "put every prompt in one batch"]),
+    (check_batched_generation, recompute_batch,
+     ["forward passes fed chunks of", "feed only the newest token of each sequence"]),
 ]
 
 
@@ -146,3 +219,28 @@ def test_speculative_reference_matches_greedy_decoding():
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
     mistake_tests(WRONG, ch07_kv_cache))
+
+
+def test_batched_reference_matches_each_prompt_alone():
+    """The chapter's solution, and the checker's reference, give each prompt's own greedy tokens,
+    in one prefill and one single-token forward per new token over the whole batch."""
+    model = ch07_kv_cache._checker_model(seed=11).double()
+    prompts = [torch.randint(0, 16, (n,)) for n in (2, 9, 5)]
+    with torch.no_grad(), ch07_kv_cache.count_forwards(model) as chunks:
+        got = generate_batch(model, prompts, 7)
+    with torch.no_grad():
+        alone = torch.cat([model.generate(p[None], 7)[:, len(p):] for p in prompts])
+        assert torch.equal(ch07_kv_cache.batched_reference(model, prompts, 7), alone)
+    assert torch.equal(got, alone)
+    assert chunks == [(3, 9)] + [(3, 1)] * 6
+
+
+def test_the_forward_counter_sees_every_pass_and_lets_go():
+    model = ch07_kv_cache._checker_model(seed=7)
+    with torch.no_grad():
+        with ch07_kv_cache.count_forwards(model) as chunks:
+            cache = model.new_cache(2)
+            model(torch.zeros(2, 4, dtype=torch.long), cache)
+            model(torch.zeros(2, 1, dtype=torch.long), cache)
+        model(torch.zeros(1, 3, dtype=torch.long))
+    assert chunks == [(2, 4), (2, 1)]

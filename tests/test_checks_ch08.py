@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.attention import causal_mask
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch08_fast_attention,
     check_combine_splits,
     check_merge_softmax_stats,
     check_tiled_causal_attention,
 )
+from transformer_lib.flash import flash_attention
 
 from chapter_solutions import references
 from conftest import mistake_tests
@@ -81,6 +82,66 @@ def tiles_with(*, top_left=False, skip=True, strict=False, mask=True, reverse=Fa
     return attention
 
 
+def tile_count(T, S, block_q, block_k):
+    """The number of tiles with a visible pair, by formula (what a shortcut would return)."""
+    return sum(1 for i0 in range(0, T, block_q) for j0 in range(0, S, block_k)
+               if j0 <= S - T + min(i0 + block_q, T) - 1)
+
+
+def untiled(route):
+    """Right values and count, computed without query-by-key tiles: the whole masked score
+    matrix ("whole"), key tiles over all T queries ("key_tiles"), or a library call."""
+
+    def attention(q, k, v, block_q, block_k):
+        T, S = q.shape[-2], k.shape[-2]
+        n_tiles = tile_count(T, S, block_q, block_k)
+        if route == "flash":
+            return flash_attention(q, k, v, causal=True, block_size=block_k), n_tiles
+        if route == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S)), n_tiles
+        if route == "library_sdpa":
+            return scaled_dot_product_attention(q, k, v, causal_mask(T, S))[0], n_tiles
+        if route == "key_tiles":  # all T rows at once against each key tile
+            return tiles_with()(q, k, v, T, block_k)[0], n_tiles
+        scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(~causal_mask(T, S), float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v, n_tiles
+
+    return attention
+
+
+def tiles_with_row_vectors(q, k, v, block_q, block_k):
+    """A correct tiled solution in another style: row statistics without keepdim, a
+    preallocated output, masks with torch.where, q scaled once as a whole."""
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    q = q * D ** -0.5  # (..., T, D)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)  # (..., T, Dv)
+    n_tiles = 0
+    for i0 in range(0, T, block_q):
+        i1 = min(i0 + block_q, T)
+        m = torch.full(q[..., i0:i1, 0].shape, float("-inf"), dtype=q.dtype)  # (..., bq)
+        l, acc = torch.zeros_like(m), torch.zeros_like(out[..., i0:i1, :])
+        for j0 in range(0, S - T + i1, block_k):
+            j1 = min(j0 + block_k, S)
+            s = torch.einsum("...qd,...kd->...qk", q[..., i0:i1, :], k[..., j0:j1, :])
+            visible = torch.arange(j0, j1)[None, :] <= torch.arange(i0, i1)[:, None] + S - T
+            s = torch.where(visible, s, float("-inf"))
+            new = torch.maximum(m, s.amax(dim=-1))  # (..., bq)
+            p = torch.exp(s - new[..., None])
+            l = torch.exp(m - new) * l + p.sum(dim=-1)
+            acc = torch.exp(m - new)[..., None] * acc + p @ v[..., j0:j1, :]
+            m, n_tiles = new, n_tiles + 1
+        out[..., i0:i1, :] = acc / l[..., None]
+    return out, n_tiles
+
+
+def test_a_tiled_solution_in_another_style_passes(capsys):
+    """The tile-size watch does not mistake row statistics, q scaled whole, a preallocated
+    output or 2-D masks for query-by-key tensors."""
+    assert check_tiled_causal_attention(tiles_with_row_vectors)
+    assert "all 6 checks passed" in capsys.readouterr().out
+
+
 def combine_with(mistake):
     """combine_splits with one of the usual mistakes."""
 
@@ -120,7 +181,7 @@ WRONG = [
     (check_merge_softmax_stats, lambda *args: merge_softmax_stats(*args)[1:],
      ["return the triple (m, l, acc)"]),
     (check_tiled_causal_attention, tiles_with(top_left=True),
-     ["2 of 5 checks passed", "the mask is aligned to the top left"]),
+     ["2 of 6 checks passed", "the mask is aligned to the top left"]),
     (check_tiled_causal_attention, tiles_with(skip=False),
      ["wrong value for n_tiles: expected 9, got 12", "12 is every tile",
       "are to be skipped, not computed and masked"]),
@@ -132,6 +193,17 @@ WRONG = [
      ["NaN appeared in out", "must come out 0, not NaN"]),
     (check_tiled_causal_attention, lambda *args: tiled_causal_attention(*args)[0],
      ["return the pair (out, n_tiles)"]),
+    (check_tiled_causal_attention, untiled("whole"),
+     ["1 of 6 checks passed", "larger than one tile of (4, 3) queries by keys",
+      "no scores, weights or mask for all T queries or all S keys at once"]),
+    (check_tiled_causal_attention, untiled("key_tiles"),
+     ["created a tensor of shape (2, 1, 12, 3)", "compute each tile of scores from a tile"]),
+    (check_tiled_causal_attention, untiled("flash"),
+     ["0 of 6 checks passed", "calls `flash_attention`", "write the computation yourself"]),
+    (check_tiled_causal_attention, untiled("sdpa"),
+     ["calls `torch.nn.functional.scaled_dot_product_attention`"]),
+    (check_tiled_causal_attention, untiled("library_sdpa"),
+     ["calls `scaled_dot_product_attention`"]),
     (check_combine_splits, combine_with("mean"),
      ["wrong values in out", "weight it by its share of the whole softmax"]),
     (check_combine_splits, combine_with("raw_exp"),

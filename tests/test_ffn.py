@@ -14,6 +14,15 @@ def test_feedforward_is_the_2017_formula():
     assert torch.allclose(ffn(x), h @ ffn.w_2.weight.T + ffn.w_2.bias, atol=1e-5)
 
 
+def test_feedforward_without_biases_matches_swiglu_budget_at_three_halves_width():
+    ffn = randomize_(FeedForward(16, 60, bias=False)).eval()
+    assert ffn.w_1.bias is None and ffn.w_2.bias is None
+    x = torch.randn(3, 5, 16)
+    assert torch.allclose(ffn(x), torch.relu(x @ ffn.w_1.weight.T) @ ffn.w_2.weight.T, atol=1e-6)
+    n_ffn = sum(p.numel() for p in ffn.parameters())
+    assert n_ffn == sum(p.numel() for p in SwiGLU(16, 40).parameters()) == 2 * 16 * 60
+
+
 def test_swiglu_matches_hf_llama_mlp():
     llama = require("transformers.models.llama.modeling_llama")
     transformers = require("transformers")

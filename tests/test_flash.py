@@ -3,6 +3,8 @@
 Tolerances: fp32 1e-5 and fp64 1e-12 (only the order of the sums differs); bf16 as stated in
 its test.
 """
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -143,20 +145,220 @@ def test_log_sum_exp_merges_two_halves_of_the_keys():
     assert (merged - out).abs().max().item() <= 1e-12
 
 
+# ---- the backward pass: recomputed tiles, exact gradients ---------------------------------
+
+def written_out(q, k, v, mask=None, scale=None):
+    """Softmax attention formed in full (the reference): (out, lse)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = scores.logsumexp(dim=-1)  # (..., T)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)  # no-key rows: 0
+    return weights @ v, lse
+
+
+def grads_of(attend, q, k, v, *, with_lse=False):
+    """Gradients of a fixed random linear function of the output (and of the lse)."""
+    inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+    out, lse = attend(*inputs)
+    g = torch.Generator().manual_seed(7)
+    loss = (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum()
+    if with_lse:
+        finite = torch.isfinite(lse)
+        loss = loss + (lse.where(finite, 0.0) * torch.randn(lse.shape, generator=g,
+                                                             dtype=lse.dtype)).sum()
+    loss.backward()
+    return [x.grad for x in inputs]
+
+
+GRAD_CASES = [  # lead, T, S, D, Dv, causal, block, scale
+    ((2, 2), 24, 24, 8, 8, False, 7, None),  # square, S not a multiple of the block
+    ((2, 2), 24, 40, 8, 6, False, 64, None),  # T != S, Dv != D, one tile
+    ((2, 2), 24, 24, 8, 8, True, 5, None),  # causal square
+    ((2, 1), 9, 50, 8, 12, True, 4, None),  # causal after a prefix, small tiles
+    ((3,), 1, 33, 16, 16, True, 8, None),  # one query (decoding)
+    ((2, 2), 17, 30, 8, 8, True, 8, 0.37),  # a custom scale
+]
+
+
+@pytest.mark.parametrize("lead, T, S, D, Dv, causal, block, scale", GRAD_CASES)
+def test_gradients_equal_the_fp64_reference_and_sdpa(lead, T, S, D, Dv, causal, block, scale):
+    """fp64: gradients of q, k, v equal the written-out reference's and PyTorch's SDPA's to
+    1e-12 (the order of the sums differs, nothing else)."""
+    q, k, v = qkv(lead, T, S, D, Dv)
+    mask = bottom_right(T, S) if causal else None
+    ours = grads_of(lambda a, b, c: flash_attention(a, b, c, causal=causal, scale=scale,
+                                                    block_size=block, return_lse=True),
+                    q, k, v)
+    reference = grads_of(lambda a, b, c: written_out(a, b, c, mask, scale), q, k, v)
+    sdpa = grads_of(lambda a, b, c: (F.scaled_dot_product_attention(
+        a, b, c, attn_mask=mask, scale=scale), None), q, k, v)
+    for got, want, theirs in zip(ours, reference, sdpa):
+        assert (got - want).abs().max().item() <= 1e-12
+        assert (got - theirs).abs().max().item() <= 1e-12
+    assert ours[0].abs().max() > 1e-3  # the comparison is not between zeros
+
+
 @pytest.mark.parametrize("causal", [False, True])
-def test_gradients_equal_sdpa_gradients(causal):
-    """Autograd through the loop over tiles (fp64: 1e-10, three backward passes' sums)."""
-    q, k, v = qkv((2, 2), 24, 40, D=8, Dv=6)
-    mask = bottom_right(24, 40) if causal else None
-    grads = []
-    for attend in (lambda a, b, c: flash_attention(a, b, c, causal=causal, block_size=7),
-                   lambda a, b, c: F.scaled_dot_product_attention(a, b, c, attn_mask=mask)):
-        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
-        out = attend(*inputs)
-        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
-        grads.append([x.grad for x in inputs])
-    for ours, theirs in zip(*grads):
-        assert (ours - theirs).abs().max().item() <= 1e-10
+@pytest.mark.parametrize("shape", ["keys", "rows"], ids=["(B, 1, 1, S)", "(B, 1, T, S)"])
+def test_gradients_with_a_mask_and_of_the_log_sum_exp(causal, shape):
+    """A padding or per-query mask, a row that sees no key (zero gradient, no NaN), and a
+    gradient flowing into the returned log-sum-exp as well: fp64, 1e-12."""
+    T, S = 12, 30
+    q, k, v = qkv((2, 3), T, S)
+    if shape == "keys":
+        mask = torch.ones(2, 1, 1, S, dtype=torch.bool)
+        mask[0, ..., :11] = False  # sequence 0: the first 11 keys are padding
+    else:
+        mask = torch.rand(2, 1, T, S, generator=torch.Generator().manual_seed(1)) > 0.4
+        mask[..., 0] = True
+        mask[1, :, 4] = False  # one query that sees no key at all
+    full = mask & bottom_right(T, S) if causal else mask
+    ours = grads_of(lambda a, b, c: flash_attention(a, b, c, mask=mask, causal=causal,
+                                                    block_size=7, return_lse=True),
+                    q, k, v, with_lse=True)
+    reference = grads_of(lambda a, b, c: written_out(a, b, c, full), q, k, v, with_lse=True)
+    for got, want in zip(ours, reference):
+        assert torch.isfinite(got).all()
+        assert (got - want).abs().max().item() <= 1e-12
+
+
+def test_gradients_with_grouped_query_heads():
+    """The "tiled" attention entry repeats the key/value heads before the tiled loop; its
+    gradients reach the shared heads as SDPA's with enable_gqa do (fp64, 1e-12)."""
+    from transformer_lib.attention import tiled_attention
+
+    q = torch.randn(2, 6, 20, 8, dtype=torch.float64)
+    k, v = torch.randn(2, 2, 20, 8, dtype=torch.float64), torch.randn(2, 2, 20, 8,
+                                                                     dtype=torch.float64)
+    ours = grads_of(lambda a, b, c: (tiled_attention(a, b, c, causal=True)[0], None), q, k, v)
+    sdpa = grads_of(lambda a, b, c: (F.scaled_dot_product_attention(
+        a, b, c, is_causal=True, enable_gqa=True), None), q, k, v)
+    for got, want in zip(ours, sdpa):
+        assert got.shape == want.shape
+        assert (got - want).abs().max().item() <= 1e-12
+
+
+def test_bf16_gradients_follow_fp32():
+    """bf16 inputs: the backward pass accumulates in fp32 and rounds once per gradient."""
+    q, k, v = qkv((2, 2), 20, 30, dtype=torch.float32)
+    ours = grads_of(lambda a, b, c: (flash_attention(a, b, c, causal=True, block_size=8), None),
+                    q.bfloat16(), k.bfloat16(), v.bfloat16())
+    want = grads_of(lambda a, b, c: (flash_attention(a, b, c, causal=True, block_size=8), None),
+                    q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float())
+    for got, ref in zip(ours, want):
+        assert got.dtype == torch.bfloat16
+        assert ((got.float() - ref).abs() <= 2 ** -7 * ref.abs() + 1e-2).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_gradients_replay_the_same_masks(causal):
+    """With dropout, backward draws the masks again from the forward pass's generator state.
+    gradcheck compares it with finite differences of the same function (the seed is reset
+    before every call, so every call drops the same weights); the global generator is left
+    where the forward pass left it."""
+    q, k, v = qkv((1, 2), 6, 11, D=4)
+    mask = torch.ones(6, 11, dtype=torch.bool)
+    mask[2, :5] = False
+
+    def attend(a, b, c):
+        torch.manual_seed(11)
+        return flash_attention(a, b, c, mask=mask, causal=causal, dropout_p=0.4, block_size=3)
+
+    inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+    assert torch.autograd.gradcheck(attend, inputs, eps=1e-6, atol=1e-8)
+    out = attend(*inputs)
+    state = torch.get_rng_state()
+    out.sum().backward()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert (out - flash_attention(q, k, v, mask=mask, causal=causal)).abs().max() > 1e-2
+
+
+def saved_bytes(fn):
+    """Bytes of the distinct storages autograd saves for the backward pass while fn() runs,
+    and the shapes saved."""
+    storages, shapes = {}, []
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values()), shapes
+
+
+def test_the_backward_pass_saves_o_of_t_bytes():
+    """What autograd keeps for the backward pass: q, k, v, the output and the log-sum-exp,
+    no tile: doubling T = S doubles the bytes, and they stay far below one (T, S) float32
+    matrix, which the written-out attention does save (so the measurement can fail)."""
+    found = {}
+    for T in (1024, 2048):
+        q, k, v = (torch.randn(1, 1, T, 16, requires_grad=True) for _ in range(3))
+        found[T], shapes = saved_bytes(
+            lambda q=q, k=k, v=v: flash_attention(q, k, v, causal=True, block_size=32))
+        assert sorted(shapes) == sorted([(1, 1, T, 16)] * 4 + [(1, 1, T)])
+        assert found[T] == 4 * (4 * T * 16 + T)  # q, k, v, out (float32) and lse
+        naive, _ = saved_bytes(lambda q=q, k=k, v=v, T=T: written_out(q, k, v,
+                                                                      bottom_right(T, T)))
+        assert naive >= 4 * T * T > 10 * found[T]
+    assert found[2048] == 2 * found[1024]
+
+
+class LiveBytes(TorchDispatchMode):
+    """The peak, over a call, of the bytes held by the tensors its operations created and
+    that were still alive (storages counted once, views included), the inputs left out."""
+
+    def __init__(self, inputs=()):
+        super().__init__()
+        self.outside = {t.untyped_storage().data_ptr() for t in inputs}
+        self.size, self.refs, self.now, self.peak = {}, {}, 0, 0
+
+    def _release(self, key):
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.now -= self.size.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor):
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key in self.outside or key == 0:
+                continue
+            if key not in self.size:
+                self.size[key], self.refs[key] = t.untyped_storage().nbytes(), 0
+                self.now += self.size[key]
+                self.peak = max(self.peak, self.now)
+            self.refs[key] += 1
+            weakref.finalize(t, self._release, key)
+        return out
+
+
+def test_what_is_alive_at_once_grows_like_t_causal_or_not():
+    """Not the largest tensor but every tensor alive at the worst moment: with or without
+    causal, doubling T = S at most doubles it (plus a tile), it stays within a few (T, block)
+    and (T, Dv) tensors, and at T = S = 1024 it is under a tenth of the written-out
+    attention's, which holds (T, S) matrices (so the measurement can fail)."""
+    block, D = 32, 16
+    peaks = {}
+    for T in (512, 1024):
+        q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
+        for causal in (False, True):
+            with LiveBytes((q, k, v)) as live:
+                flash_attention(q, k, v, causal=causal, block_size=block)
+            peaks[T, causal] = live.peak
+            assert live.peak <= 4 * T * (4 * block + 6 * D + 8)  # float32 bytes
+        with LiveBytes((q, k, v)) as naive:
+            written_out(q, k, v, bottom_right(T, T))
+        assert naive.peak >= 4 * T * T
+    for causal in (False, True):
+        assert peaks[1024, causal] <= naive.peak / 10  # at T = S = 1024
+        assert peaks[1024, causal] <= 2.2 * peaks[512, causal]
 
 
 # ---- memory: the (T, S) matrix never exists ----------------------------------------------

@@ -208,6 +208,35 @@ def test_flash_attention_matches_sdpa(dtype):
     same(tiled, fused.cpu(), FP64 if dtype == torch.float64 else FP32)
 
 
+def test_flash_attention_backward_recomputes_on_the_device():
+    """The recomputing backward pass on the device: q, k, v gradients equal the CPU's (fp64),
+    causal after a prefix, with dropout replayed from the device's generator."""
+    q, k, v = randn(2, 3, 40, 16), randn(2, 3, 70, 16), randn(2, 3, 70, 8)
+    weights = randn(2, 3, 40, 8)
+    grads = {}
+    for where in ("device", "cpu"):
+        inputs = [(x.to(DEVICE) if where == "device" else x).requires_grad_()
+                  for x in (q.clone(), k.clone(), v.clone())]
+        out = flash_attention(*inputs, causal=True, block_size=16)
+        (out * weights.to(out.device)).sum().backward()
+        grads[where] = [x.grad for x in inputs]
+    for got, want in zip(grads["device"], grads["cpu"]):
+        same(got, want)
+    inputs = [x.to(DEVICE).requires_grad_() for x in (q.clone(), k.clone(), v.clone())]
+
+    def dropped(a, b, c):
+        torch.manual_seed(3)
+        return flash_attention(a, b, c, causal=True, dropout_p=0.3, block_size=16)
+
+    out = dropped(*inputs)
+    (out * weights.to(out.device)).sum().backward()
+    again = [x.detach().clone().requires_grad_() for x in inputs]
+    (dropped(*again) * weights.to(out.device)).sum().backward()
+    for first, second in zip(inputs, again):  # the same masks, the same gradients
+        assert first.grad.device.type == DEVICE.type
+        torch.testing.assert_close(first.grad, second.grad, atol=0, rtol=0)
+
+
 # Chapter 9: linear attention and DeltaNet, MLA, MoE, associative recall ----------------------
 
 

@@ -17,85 +17,24 @@ import pytest
 import _grade_runner  # tools/_grade_runner.py
 import grade  # tools/grade.py
 from book_support import ROOT
+from grade_fixtures import (
+    import_hook,
+    plant_at_run_time,
+    plant_fake_package,
+    renamed,
+    replaced_checker,
+    with_cell,
+    wrong,
+)
 
 pytestmark = pytest.mark.slow
 
 CHAPTER = ROOT / "chapters" / "00_setup.ipynb"  # the quickest chapter to run
 STUDENT = ROOT / "exercises" / "00_setup.ipynb"
 OTHER = ROOT / "exercises" / "01_attention.ipynb"
-
-
-def _with_cell(source_nb, code: str, index: int | None = None):
-    nb = nbformat.read(source_nb, as_version=4)
-    cell = nbformat.v4.new_code_cell(code)
-    nb.cells.insert(len(nb.cells) if index is None else index, cell)
-    return nb
-
-
-# A checkers package that passes everything, as a submission would plant it.
-FAKE_CHECKS = """
-class _Passed:
-    passed, attempted, failures = True, True, []
-    report = "mha_shapes: all 3 checks passed."
-
-    def __bool__(self):
-        return True
-
-
-def __getattr__(name):
-    if name.startswith("check_"):
-        return lambda fn: _Passed()
-    raise AttributeError(name)
-"""
-WRONG = "def mha_shapes(*args):\n    return None\n"  # what the real checker fails
-
-
-def plant_fake_package(folder) -> None:
-    """Write a ``transformer_lib`` package whose checkers pass everything into ``folder``."""
-    (folder / "transformer_lib" / "checks").mkdir(parents=True, exist_ok=True)
-    (folder / "transformer_lib" / "__init__.py").write_text("", encoding="utf-8")
-    (folder / "transformer_lib" / "checks" / "__init__.py").write_text(FAKE_CHECKS,
-                                                                       encoding="utf-8")
-
-
-# A cell that writes the fake package into the kernel's working directory and puts that
-# directory first on sys.path (where '' already is), then imports it in place of the real one.
-PLANT_AT_RUN_TIME = f"""
-import os, sys
-from pathlib import Path
-(Path.cwd() / "transformer_lib" / "checks").mkdir(parents=True, exist_ok=True)
-(Path.cwd() / "transformer_lib" / "__init__.py").write_text("")
-(Path.cwd() / "transformer_lib" / "checks" / "__init__.py").write_text({FAKE_CHECKS!r})
-sys.path.insert(0, os.getcwd())
-for name in [m for m in sys.modules if m.startswith("transformer_lib")]:
-    del sys.modules[name]
-import transformer_lib.checks
-{WRONG}"""
-
-# A cell that serves the fake checkers through an import hook, whatever sys.path holds.
-IMPORT_HOOK = f"""
-import importlib.abc, importlib.util, os, sys
-FAKE = os.path.join(os.getcwd(), "fake_checks.py")
-with open(FAKE, "w") as f:
-    f.write({FAKE_CHECKS!r})
-
-
-class FakeChecks(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "transformer_lib.checks":
-            return importlib.util.spec_from_file_location(name, FAKE)
-        return None
-
-
-sys.meta_path.insert(0, FakeChecks())
-{WRONG}"""
-
-
-def _renamed(nb, old: str, new: str):
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.source = cell.source.replace(f"def {old}(", f"def {new}(")
-    return nb
+WRONG = wrong("mha_shapes")  # what the real checker fails
+PLANT_AT_RUN_TIME = plant_at_run_time("mha_shapes")
+IMPORT_HOOK = import_hook("mha_shapes")
 
 
 @pytest.fixture(scope="module")
@@ -112,20 +51,16 @@ def graded(tmp_path_factory):
 
     put("alice", "00_setup.ipynb", nbformat.read(CHAPTER, as_version=4))  # full solution
     put("bob", "00_setup.ipynb", nbformat.read(STUDENT, as_version=4))  # untouched copy
-    tampered = _with_cell(STUDENT, (
-        "import transformer_lib.checks as checks\n"
-        "checks.check_mha_shapes = lambda f: True\n"
-        "def mha_shapes(*args):\n    return None\n"
-        "print('mha_shapes: all 3 checks passed.')"))
+    tampered = with_cell(STUDENT, replaced_checker("mha_shapes", "check_mha_shapes"))
     put("carol", "00_setup.ipynb", tampered)  # replaces the checker, prints a pass
-    put("dave", "00_setup.ipynb", _with_cell(STUDENT, "while True:\n    pass", index=3))
-    put("eve", "00_setup.ipynb", _with_cell(CHAPTER, "import os\nos._exit(1)"))
+    put("dave", "00_setup.ipynb", with_cell(STUDENT, "while True:\n    pass", index=3))
+    put("eve", "00_setup.ipynb", with_cell(CHAPTER, "import os\nos._exit(1)"))
     put("frank", "00_setup.ipynb", text="{ this is not json")
     put("grace", "00_setup.ipynb",
-        _renamed(nbformat.read(CHAPTER, as_version=4), "mha_shapes", "my_shapes"))
+        renamed(nbformat.read(CHAPTER, as_version=4), "mha_shapes", "my_shapes"))
     put("heidi", "submitted/week1/Copy of 01_attention.ipynb", nbformat.read(OTHER, as_version=4))
-    renamed = nbformat.read(CHAPTER, as_version=4)  # no metadata: found by its title
-    put("ivan", "Copy of 00_setup (1).ipynb", renamed)
+    by_title = nbformat.read(CHAPTER, as_version=4)  # no metadata: found by its title
+    put("ivan", "Copy of 00_setup (1).ipynb", by_title)
     stranger = nbformat.v4.new_notebook()
     stranger.cells = [nbformat.v4.new_markdown_cell("# My holiday notes")]
     put("judy", "notes.ipynb", stranger)
@@ -134,10 +69,10 @@ def graded(tmp_path_factory):
     # sys.path by a cell; written at run time into the kernel's working directory; served by
     # an import hook.
     plant_fake_package(folder / "mallory")
-    put("mallory", "00_setup.ipynb", _with_cell(
+    put("mallory", "00_setup.ipynb", with_cell(
         STUDENT, f"import sys\nsys.path.insert(0, {str(folder / 'mallory')!r})\n{WRONG}"))
-    put("nia", "00_setup.ipynb", _with_cell(STUDENT, PLANT_AT_RUN_TIME))
-    put("trudy", "00_setup.ipynb", _with_cell(STUDENT, IMPORT_HOOK))
+    put("nia", "00_setup.ipynb", with_cell(STUDENT, PLANT_AT_RUN_TIME))
+    put("trudy", "00_setup.ipynb", with_cell(STUDENT, IMPORT_HOOK))
     out = folder.parent / "gradebook.csv"
     rows = grade.grade(folder, out, jobs=2, timeout=90, progress=False)
     with out.open(encoding="utf-8") as f:
@@ -253,7 +188,7 @@ def test_the_runner_on_its_own_ignores_a_package_in_its_working_directory(tmp_pa
     takes it off, so the real checker fails the notebook's wrong function."""
     plant_fake_package(tmp_path)
     notebook = tmp_path / "submitted.ipynb"
-    nbformat.write(_with_cell(STUDENT, WRONG), notebook)
+    nbformat.write(with_cell(STUDENT, WRONG), notebook)
     results = tmp_path / "results.json"
     run = subprocess.run(
         [sys.executable, str(grade.RUNNER), str(notebook), "--results", str(results),

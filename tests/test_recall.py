@@ -7,11 +7,16 @@ import pytest
 import torch
 
 from transformer_lib.recall import (
+    attribute_recall_data,
+    load_kv_heads_recall,
     recall,
     recall_accuracy,
+    recall_age_sweep,
+    recall_by_age,
     recall_pairs,
     recall_sweep,
     retrieval_error,
+    shared_kv_recall,
 )
 
 N_PAIRS = [2, 4, 8, 16, 24, 32, 40, 48, 64, 96, 128, 256]  # the chapter's sweep
@@ -117,5 +122,106 @@ def test_the_chapters_margins_hold_for_seeds_0_to_4(seed):
     for name in ("linear attention", "delta rule", "delta rule, 4 passes", "best fixed state"):
         assert error[name][beyond].min() > 0.5
     assert accuracy["best fixed state"][at[128]] < 0.7
+    assert accuracy["best fixed state"][at[256]] < 0.2
     assert sweep["state_numbers"] == D * D
     assert sweep["cache_numbers"][at[256]] == 256 * 2 * D
+
+
+def test_gated_memory_is_gated_deltanet_written_by_hand():
+    keys, values = recall_pairs(2, 7, 5, 3)
+    state = torch.zeros(2, 3, 5, dtype=torch.float64)
+    for t in range(7):  # S = α S (I − k kᵀ) + v kᵀ, β = 1
+        k, v = keys[:, t], values[:, t]
+        state = 0.8 * state
+        error = v - torch.einsum("bvk,bk->bv", state, k)
+        state = state + torch.einsum("bv,bk->bvk", error, k)
+    expected = torch.einsum("bvk,bnk->bnv", state, keys)
+    torch.testing.assert_close(recall(keys, values, "gated", alpha=0.8), expected,
+                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(recall(keys, values, "gated", alpha=1.0),
+                               recall(keys, values, "delta"), atol=1e-12, rtol=0)
+
+
+def test_window_memory_is_softmax_over_the_last_pairs_only():
+    keys, values = recall_pairs(2, 9, 4, 3)
+    weights = torch.softmax(7.0 * keys @ keys[:, 6:].transpose(1, 2), dim=-1)  # last 3
+    torch.testing.assert_close(recall(keys, values, "window", window=3, scale=7.0),
+                               weights @ values[:, 6:], atol=1e-12, rtol=0)
+    torch.testing.assert_close(recall(keys, values, "window", window=20, scale=7.0),
+                               recall(keys, values, "softmax", scale=7.0), atol=1e-12, rtol=0)
+
+
+def test_recall_by_age_splits_the_pairs():
+    values = torch.eye(4, dtype=torch.float64)[None]  # (1, 4, 4)
+    outputs = values.clone()
+    outputs[0, 0] = torch.tensor([0.0, 2.0, 0.0, 0.0], dtype=torch.float64)  # oldest wrong
+    split = recall_by_age(outputs, values, recent=2)
+    assert split["recent accuracy"] == 1.0 and split["old accuracy"] == 0.5
+    assert split["recent error"] == 0.0
+    assert split["old error"] == pytest.approx(5 ** 0.5 / 2)
+    with pytest.raises(ValueError, match=r"recent must be in \[1, N\) = \[1, 4\), got 4"):
+        recall_by_age(outputs, values, recent=4)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        recall(*recall_pairs(1, 3, 2, 2), "gated", alpha=1.5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_chapters_age_margins_hold_for_seeds_0_to_4(seed):
+    """What chapter 9 asserts about forgetting and the window (it runs seed 0)."""
+    n_pairs = [32, 64, 128, 256]
+    sweep = recall_age_sweep(n_pairs, D, D, seed=seed, recent=16, alpha=0.95, window=16)
+    recent, old = sweep["recent accuracy"], sweep["old accuracy"]
+    old_error = sweep["old error"]
+    assert recent["softmax attention"].min() == old["softmax attention"].min() == 1.0
+    assert recent["sliding window"].min() == 1.0 and old["sliding window"].max() < 0.05
+    assert (recent["gated delta rule"] < recent["delta rule"]).all()  # forgetting costs
+    assert (old["gated delta rule"] < old["delta rule"]).all()
+    assert recent["gated delta rule"].min() > 0.8
+    assert (old_error["delta rule"][2:] > 1.2).all()  # old pairs read as wrong values
+    assert (abs(old_error["gated delta rule"][1:] - 1) < 0.12).all()  # ... or as nothing
+
+
+# ---- shared key/value heads on multi-attribute recall (chapter 7) -------------------------
+
+
+def test_attribute_recall_asks_for_the_attributes_of_the_named_item():
+    items, queries, targets = attribute_recall_data(
+        3, 6, 5, 2, 4, generator=torch.Generator().manual_seed(0))
+    assert items.shape == queries.shape == (3, 6, 5 + 8) and targets.shape == (3, 6, 8)
+    torch.testing.assert_close(items[..., :5].norm(dim=-1), torch.ones(3, 6))
+    assert torch.equal(queries[..., 5:], torch.zeros(3, 6, 8))
+    same = (queries[..., None, :5] == items[..., None, :, :5]).all(-1)  # (B, N, N): which item
+    assert torch.equal(same.sum(-1), torch.ones(3, 6, dtype=torch.long))  # exactly one
+    named = same.long().argmax(-1)  # (B, N)
+    assert torch.equal(named.sort(-1).values, torch.arange(6).expand(3, 6))  # each item once
+    assert torch.equal(targets, torch.stack([items[b, named[b], 5:] for b in range(3)]))
+
+
+def test_sharing_key_value_heads_costs_exactly_what_does_not_fit():
+    """Four attributes of 12 numbers: MHA recovers them; one KV head of 16 channels keeps at
+    most 16 of the 48 directions, and the trained layer comes within 0.02 of that floor."""
+    state = torch.random.get_rng_state()
+    mha, mqa = (shared_kv_recall(kv, d_attribute=12, steps=200, seed=3) for kv in (4, 1))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global stream untouched
+    assert mha["floor"] == 0.0 and mha["error"] < 0.05
+    assert mqa["floor"] == pytest.approx(1 - 16 / 48)
+    assert mqa["floor"] - 0.01 < mqa["error"] < mqa["floor"] + 0.02
+    assert (mha["cache_numbers"], mqa["cache_numbers"]) == (2 * 4 * 16, 2 * 16)
+    with pytest.raises(ValueError, match=r"d_attribute \(16\) must be in \[1, head_dim"):
+        shared_kv_recall(1, d_attribute=16)
+
+
+def test_the_recorded_kv_heads_sweep_agrees_with_a_rerun_and_its_floors():
+    recorded = load_kv_heads_recall()
+    settings = recorded["settings"]
+    for row in recorded["results"]:
+        width = settings["n_heads"] * row["d_attribute"]
+        assert row["floor"] == pytest.approx(max(0.0, 1 - row["n_kv_heads"]
+                                                 * settings["head_dim"] / width))
+        assert len(row["errors"]) == len(settings["seeds"])
+        assert min(row["errors"]) > row["floor"] - 0.01
+    row = next(r for r in recorded["results"] if (r["d_attribute"], r["n_kv_heads"]) == (8, 1))
+    again = shared_kv_recall(1, d_attribute=8, seed=settings["seeds"][0],
+                             steps=settings["steps"], lr=settings["lr"],
+                             batch=settings["batch"], n_items=settings["n_items"])
+    assert abs(again["error"] - row["errors"][0]) < 0.02

@@ -47,6 +47,8 @@ def test_the_bench_script_defaults_are_the_librarys():
     assert (args.steps, args.batch_size, args.warmup, args.lr_scale) == (
         defaults["steps"], defaults["batch_size"], defaults["warmup"], defaults["lr_scale"])
     assert bench.parse_args(["--depths", "3", "5"]).depths == [3, 5]
+    assert args.norms == list(defaults["norms"]) == ["post", "pre"]
+    assert bench.parse_args(["--norms", "post"]).norms == ["post"]
 
 
 def test_stability_ablation_runs_every_setting_and_keeps_the_histories():
@@ -116,3 +118,77 @@ def test_the_ablation_script_writes_what_the_loader_reads(tmp_path):
     assert result["command"] == ("python bench/stability_ablation.py --depths 1 --seeds 1 "
                                  f"--steps 5 --batch-size 4 --out {out}")
     assert len(result["runs"]) == 4 and result["settings"]["steps"] == 5
+
+
+def _run(depth, norm, schedule, seed, loss, exact, token, grad=1.0, curve=(3.0, 2.0)):
+    return dict(depth=depth, norm=norm, schedule=schedule, seed=seed, final_loss=loss,
+                exact_match=exact, token_accuracy=token, max_grad_norm=grad, finite=True,
+                loss=list(curve))
+
+
+def test_summarise_ablation_groups_by_setting_and_counts_the_solved_runs():
+    from transformer_lib.stability import summarise_ablation
+
+    runs = [_run(2, "post", "noam", 1, 0.7, 0.94, 0.98, grad=3.0),
+            _run(2, "post", "noam", 0, 0.5, 0.95, 1.0, grad=7.5),
+            _run(2, "pre", "no-warmup", 0, 0.6, 1.0, 1.0)]
+    table = summarise_ablation(runs)
+    assert set(table) == {(2, "post", "noam"), (2, "pre", "no-warmup")}
+    row = table[2, "post", "noam"]
+    assert row["seeds"] == [0, 1] and row["final_loss"] == [0.5, 0.7]  # in seed order
+    assert row["exact_match"] == [0.95, 0.94] and row["token_accuracy"] == [1.0, 0.98]
+    assert row["solved"] == 1 and row["max_grad_norm"] == 7.5  # 0.95 counts, 0.94 does not
+    assert summarise_ablation(runs, solved_at=0.9)[2, "post", "noam"]["solved"] == 2
+    with pytest.raises(ValueError, match="runs is empty"):
+        summarise_ablation([])
+
+
+def test_ablation_table_prints_medians_ranges_and_the_largest_gradient():
+    from transformer_lib.stability import ablation_table
+
+    runs = [_run(4, "pre", "noam", s, loss, 1.0, 1.0) for s, loss in enumerate((0.6, 0.5, 0.9))]
+    runs += [_run(4, "post", "no-warmup", s, 2.0 + s / 10, 0.0, 0.1 + s / 10, grad=14.56)
+             for s in range(3)]
+    text = ablation_table(runs).splitlines()
+    assert text[0].endswith("solved: exact match >= 0.95")
+    # post before pre, medians then [lowest, highest]
+    assert text[2].split() == ["4", "post,", "no", "warmup", "2.100", "[2.000,", "2.200]",
+                               "0.20", "[0.10,", "0.30]", "0.00", "0/3"]
+    assert text[3].split() == ["4", "pre,", "warmup", "0.600", "[0.500,", "0.900]", "1.00",
+                               "[1.00,", "1.00]", "1.00", "3/3"]
+    assert text[-1] == "largest gradient norm in any run: 14.6; every loss finite: yes"
+    assert max(len(line) for line in text) <= 80
+    runs[0]["finite"] = False
+    assert ablation_table(runs).endswith("every loss finite: no")
+
+
+def test_live_table_puts_a_live_run_next_to_the_saved_seed_and_the_saved_range():
+    from transformer_lib.stability import live_table
+
+    saved = [_run(4, "post", "noam", s, 0, 0, 0, curve=(3.0, 2.0 + s, 1.0)) for s in range(3)]
+    live = [_run(4, "post", "noam", 1, 0, 0, 0, curve=(3.0, 2.5))]
+    lines = live_table(live, saved).splitlines()
+    assert lines[1].split() == ["4", "layers,", "post,", "warmup", "2.500", "3.000", "2.000",
+                                "to", "4.000"]  # window 1: live 2.5, seed 1 saved 3.0
+    live[0]["seed"] = 9  # no saved run of that seed: its column is a dash
+    assert live_table(live, saved).splitlines()[1].split()[5] == "-"
+    with pytest.raises(ValueError, match="no window 3 for depth 4"):
+        live_table([_run(4, "post", "noam", 0, 0, 0, 0, curve=(1, 1, 1, 1))], saved)
+    with pytest.raises(ValueError, match="live is empty"):
+        live_table([], saved)
+
+
+def test_run_label_and_a_sweep_of_one_placement():
+    from transformer_lib.stability import run_label, stability_ablation
+
+    assert run_label("post", "noam") == "post-norm, warmup"
+    assert run_label("pre", "no-warmup", short=True) == "pre, no warmup"
+    with pytest.raises(ValueError, match="got 'mid' and 'noam'"):
+        run_label("mid", "noam")
+    result = stability_ablation([1], [0], steps=2, batch_size=4, every=1, eval_n=4,
+                                norms=["post"])
+    assert [(r["norm"], r["schedule"]) for r in result["runs"]] == [
+        ("post", "noam"), ("post", "no-warmup")]
+    with pytest.raises(ValueError, match=r"norms must be a non-empty subset of \('post', "
+                                         r"'pre'\), got \['both'\]"):
+        stability_ablation([1], [0], norms=["both"])

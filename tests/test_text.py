@@ -16,11 +16,14 @@ import torch.nn.functional as F
 import transformer_lib.text as text_module
 from transformer_lib import resources
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.ffn import FeedForward, SwiGLU
+from transformer_lib.norms import LayerNorm, RMSNorm
 from transformer_lib.text import (
     CharTokenizer,
     data_file,
     evaluate_loss,
     generate_text,
+    load_ffn_norm_ablation,
     load_kv_heads_sweep,
     load_text,
     load_text_model,
@@ -69,7 +72,8 @@ def test_bundled_text_is_a_few_hundred_kb_of_plays(text):
 def test_data_readme_states_source_and_licence():
     readme = data_file("README.md").read_text(encoding="utf-8")
     for fact in ("shakespeare.txt", "public domain", "tiny_lm.pt", "kv_heads_sweep.json",
-                 "bench/train_text_model.py"):
+                 "bench/train_text_model.py", "ffn_norm_ablation.json",
+                 "bench/ffn_norm_ablation.py"):
         assert fact in readme
 
 
@@ -187,6 +191,8 @@ def test_training_lowers_the_loss_reproducibly_and_leaves_the_global_rng_alone(t
     ({"config": "small"}, "config must be a DecoderConfig, got str"),
     ({"train_ids": torch.arange(100)}, r"train_ids holds id 99, but the model's vocab_size is 69"),
     ({"train_ids": torch.ones(100)}, "train_ids must be a 1-D LongTensor"),
+    ({"ffn": "gelu"}, r"ffn \('gelu'\) must be one of \('swiglu', 'relu'\)"),
+    ({"norm": "batch"}, r"norm \('batch'\) must be one of \('rms', 'layer'\)"),
 ])
 def test_training_bad_input_is_a_clear_value_error(tokenizer, ids, overrides, message):
     args = {"config": tiny_config(tokenizer.vocab_size), "train_ids": ids[:1000], "steps": 10,
@@ -194,6 +200,58 @@ def test_training_bad_input_is_a_clear_value_error(tokenizer, ids, overrides, me
     config, train_ids = args.pop("config"), args.pop("train_ids")
     with pytest.raises(ValueError, match=message):
         train_text_model(config, train_ids, **args)
+
+
+@pytest.mark.parametrize("ffn, norm", [("relu", "rms"), ("swiglu", "layer"), ("relu", "layer")])
+def test_variants_swap_only_their_parts_at_the_same_budget(tokenizer, ids, ffn, norm):
+    """ReLU: a bias-free FFN of width 3/2 d_ff (SwiGLU's parameters exactly); LayerNorm in
+    every norm's place (a bias of C more per norm); every other initial weight kept."""
+    config = tiny_config(tokenizer.vocab_size)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = Decoder(config)
+    shared = {n: t.clone() for n, t in base.state_dict().items()
+              if (ffn == "swiglu" or ".mlp." not in n) and (norm == "rms" or "norm" not in n)}
+    swapped = text_module._swap_parts(base, ffn, norm)
+    block = swapped.layers[0]
+    assert isinstance(block.mlp, FeedForward if ffn == "relu" else SwiGLU)
+    assert isinstance(block.input_layernorm, LayerNorm if norm == "layer" else RMSNorm)
+    assert isinstance(swapped.norm, LayerNorm if norm == "layer" else RMSNorm)
+    if ffn == "relu":
+        assert block.mlp.w_1.bias is None and block.mlp.w_1.weight.shape == (129, 32)
+        assert abs(block.mlp.w_1.weight.std().item() - 0.02) < 0.004  # the Decoder's init
+    state = swapped.state_dict()
+    assert all(torch.equal(state[n], t) for n, t in shared.items())
+    n_base = sum(p.numel() for p in Decoder(config).parameters())
+    extra = (2 * config.n_layers + 1) * config.d_model if norm == "layer" else 0
+    assert sum(p.numel() for p in swapped.parameters()) == n_base + extra
+    model, history = train_text_model(config, ids[:5000], steps=3, batch_size=2, seq_len=16,
+                                      warmup=1, ffn=ffn, norm=norm)
+    assert isinstance(model.layers[0].mlp, FeedForward if ffn == "relu" else SwiGLU)
+    assert len(history["loss"]) == 3
+
+
+def test_bundled_ffn_norm_ablation_is_consistent():
+    saved = load_ffn_norm_ablation()
+    settings = saved["settings"]
+    assert settings["relu_d_ff"] * 2 == settings["d_ff"] * 3
+    assert [b["steps"] for b in saved["budgets"]] == [150, 600]
+    config = text_config(settings["vocab_size"])
+    n_params = sum(p.numel() for p in Decoder(config).parameters())
+    for budget in saved["budgets"]:
+        rows = {r["name"]: r for r in budget["variants"]}
+        assert set(rows) == {"swiglu+rms", "relu+rms", "swiglu+layer", "relu+layer"}
+        base = rows["swiglu+rms"]["val_loss"]
+        for row in rows.values():
+            assert len(row["val_loss"]) == len(row["train_loss"]) == len(settings["seeds"])
+            assert row["val"]["mean"] == pytest.approx(statistics.fmean(row["val_loss"]))
+            diffs = [a - b for a, b in zip(row["val_loss"], base)]
+            assert row["minus_baseline"]["min"] == pytest.approx(min(diffs))
+            assert row["minus_baseline"]["max"] == pytest.approx(max(diffs))
+            extra = (2 * config.n_layers + 1) * config.d_model if row["norm"] == "layer" else 0
+            assert row["params"] == n_params + extra
+            assert 1.0 < min(row["val_loss"]) < math.log(settings["vocab_size"])
+    assert json.loads(json.dumps(saved)) == saved  # plain JSON
 
 
 def test_text_config_rejects_unknown_fields():
@@ -343,3 +401,18 @@ def test_training_script_writes_a_checkpoint_that_loads(tmp_path):
     model, tok, info = load_text_model(out)
     assert info["steps"] == 2 and tok.vocab_size == 69
     assert model.config.n_kv_heads == 2 and model.config.tie_embeddings
+
+
+@pytest.mark.train
+def test_ablation_script_writes_every_variant(tmp_path):
+    """``bench/ffn_norm_ablation.py`` runs as one command: 16 steps and two seeds here."""
+    script = Path(__file__).resolve().parent.parent / "bench" / "ffn_norm_ablation.py"
+    out = tmp_path / "ablation.json"
+    run = subprocess.run([sys.executable, str(script), "--steps", "16", "--seeds", "0,1",
+                          "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    saved = json.loads(out.read_text())
+    assert [b["steps"] for b in saved["budgets"]] == [16]
+    rows = saved["budgets"][0]["variants"]
+    assert [r["name"] for r in rows] == ["swiglu+rms", "relu+rms", "swiglu+layer", "relu+layer"]
+    assert rows[0]["minus_baseline"] == {"mean": 0.0, "min": 0.0, "max": 0.0}

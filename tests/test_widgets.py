@@ -252,14 +252,15 @@ def _links_of(stack, links):
 
 def test_rope_explorer_frames_links_and_lookup(rope):
     c = rope.controls
-    assert (c["m"].max, c["i"].max) == (3, 1)
+    assert [m for _, m in c["m"].options] == [W.KEY_OFFSET + j for j in range(4)]
+    assert c["i"].max == 1
     assert [label for label, _ in c["pairing"].options] == list(PAIRINGS)
     pair, score = rope.pictures["pair"], rope.pictures["score"]
     assert len(_images(pair)) == 2 * 4 * 2 and len(_images(score)) == 2 * 4
     pair_links, score_links = _links_of(pair, rope.links), _links_of(score, rope.links)
     assert len(pair_links) + len(score_links) == len(rope.links)
-    _assert_linked(pair, pair_links, [(c["pairing"], "index"), (c["m"], "value"), (c["i"], "value")])
-    _assert_linked(score, score_links, [(c["pairing"], "index"), (c["m"], "value")])
+    _assert_linked(pair, pair_links, [(c["pairing"], "index"), (c["m"], "index"), (c["i"], "value")])
+    _assert_linked(score, score_links, [(c["pairing"], "index"), (c["m"], "index")])
     frames = [bytes(f.value) for f in _images(pair) + _images(score)]
     assert len(set(frames)) == len(frames)
     for p, pairing in enumerate(PAIRINGS):
@@ -405,7 +406,7 @@ def test_kernel_path_rope_explorer_follows_each_control(kernel_path):
     pictures = rope.pictures
     for name, value in [("m", 2), ("i", 1), ("pairing", 1)]:
         before = (bytes(pictures["pair"].value), bytes(pictures["score"].value))
-        if name == "pairing":
+        if name in ("pairing", "m"):  # the query's position m: option index 2
             rope.controls[name].index = value
         else:
             rope.controls[name].value = value

@@ -1,7 +1,7 @@
 """Run one submitted notebook in a fresh kernel, then grade it in that kernel.
 
     python tools/_grade_runner.py NOTEBOOK --results FILE --library DIR --timeout SECONDS \\
-        --exercise FUNCTION:CHECKER [--exercise ...] [--untrusted DIR ...]
+        --exercise FUNCTION:CHECKER [--exercise ...] [--untrusted DIR ...] [--user NAME]
 
 ``tools/grade.py`` starts this program once per notebook, in a process of its own, with the
 kernel's working directory as its own. The notebook runs top to bottom (a cell that raises
@@ -14,6 +14,12 @@ with ``--untrusted`` (the submission's) off ``sys.path``, drops every ``transfor
 module the notebook imported or replaced, and loads the package again from ``DIR`` alone. If
 ``transformer_lib.checks`` or a checker still comes from anywhere else, nothing is graded:
 ``FILE`` then holds ``{"tampered": "<why>"}``.
+
+With ``--user`` (this program then runs as root, as on Gradescope) the kernel runs as that
+unprivileged account: its connection file is written into the working directory, which
+``tools/grade.py`` has made the account's own, and the kernel's home is that directory too.
+The grader's files and the final results stay out of the notebook's reach; the results file
+of the grading cell is the kernel's, in its working directory.
 
 Exit status: 0 when the notebook and the grading cell ran, 3 when the kernel died, 2 for bad
 arguments; anything else is a failure of this program (its traceback is on stderr).
@@ -104,10 +110,38 @@ def grading_cell(exercises: list[tuple[str, str]], out_path: str, library: str,
     return inspect.getsource(grade_in_kernel) + "\n\n" + call + "\n"
 
 
+def _as_user(user: str) -> tuple[type, dict]:
+    """The kernel manager class and the launch options that start the kernel as ``user``.
+
+    Returns:
+        A kernel manager whose connection file (the kernel's ports and key) lies in the
+        working directory and belongs to ``user``, who must read it; and ``Popen``'s options
+        for the kernel: the account's ids without root's groups, and its own environment."""
+    import os
+    import pwd
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    account = pwd.getpwnam(user)
+    home = str(Path.cwd())
+
+    class DroppedKernelManager(AsyncKernelManager):
+        def write_connection_file(self, **kwargs) -> None:
+            self.connection_file = os.path.join(home, "kernel-connection.json")
+            super().write_connection_file(**kwargs)
+            os.chown(self.connection_file, account.pw_uid, account.pw_gid)
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("XDG_")}
+    env.update(HOME=home, USER=user, LOGNAME=user)  # root's folders are not the kernel's
+    options = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "env": env}
+    return DroppedKernelManager, options
+
+
 def run(notebook: Path, results: Path, library: Path, exercises: list[tuple[str, str]],
-        timeout: float, untrusted: list[Path]) -> int:
+        timeout: float, untrusted: list[Path], user: str | None = None) -> int:
     """Execute ``notebook`` and the grading cell in a fresh ``python3`` kernel whose working
-    directory is this process's; returns the exit status (0, or ``KERNEL_DIED``)."""
+    directory is this process's, as ``user`` if given; returns the exit status (0, or
+    ``KERNEL_DIED``)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -115,10 +149,12 @@ def run(notebook: Path, results: Path, library: Path, exercises: list[tuple[str,
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(grading_cell(
         exercises, str(results), str(library), [str(p) for p in untrusted])))
+    manager, options = _as_user(user) if user is not None else (None, {})
     client = NotebookClient(nb, timeout=int(timeout), allow_errors=True, kernel_name="python3",
-                            resources={"metadata": {"path": str(Path.cwd())}})
+                            resources={"metadata": {"path": str(Path.cwd())}},
+                            **({"kernel_manager_class": manager} if manager else {}))
     try:
-        client.execute()
+        client.execute(**options)
     except DeadKernelError:
         return KERNEL_DIED
     return 0
@@ -142,11 +178,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="FUNCTION:CHECKER, once per exercise")
     parser.add_argument("--untrusted", type=Path, action="append", default=[],
                         help="a folder whose code the grading must not import")
+    parser.add_argument("--user", help="the unprivileged account the kernel runs as (as root)")
     args = parser.parse_args(argv)
     if not (args.library / "__init__.py").is_file():
         parser.error(f"--library {args.library} is not a package folder")
+    if args.user is not None:
+        import os
+        import pwd
+
+        if os.geteuid() != 0:
+            parser.error(f"--user {args.user} needs root, but this runs as uid {os.geteuid()}")
+        try:
+            pwd.getpwnam(args.user)
+        except KeyError:
+            parser.error(f"--user {args.user}: no such account")
     return run(args.notebook, args.results, args.library, args.exercise, args.timeout,
-               args.untrusted)
+               args.untrusted, args.user)
 
 
 if __name__ == "__main__":

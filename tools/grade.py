@@ -28,6 +28,12 @@ For each notebook:
    written to a file the grader names; nothing the notebook printed is read. The program
    that runs the notebook and this grading cell is ``tools/_grade_runner.py``.
 
+The same engine grades one notebook on Gradescope (``tools/gradescope.py`` packs this file
+and the runner into each chapter's autograder): :func:`grade_notebook` with ``user``, the
+unprivileged account the kernel runs as, and ``expected``, the one chapter graded there. This
+file therefore imports only the standard library and ``nbformat`` at the top (the chapters'
+parser, :func:`chapters`, is loaded where it is used) and runs on Python 3.10.
+
 Output: ``gradebook.csv`` (one row per student and notebook: ``student``, ``notebook``,
 ``chapter``, ``passed``, ``total``, ``status`` (a :class:`Status`), then one column per exercise
 ``<chapter>:<function>`` with ``pass``, ``fail``, ``not attempted`` or ``missing`` (a
@@ -60,8 +66,6 @@ from pathlib import Path
 
 import nbformat
 
-from make_student import exercises
-
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 RUNNER = Path(__file__).resolve().parent / "_grade_runner.py"
@@ -84,6 +88,7 @@ class Status(Enum):
     NOT_A_NOTEBOOK = "not a notebook"  # invalid JSON, or not a notebook
     UNKNOWN_CHAPTER = "unknown chapter"  # no metadata, title or file name of a chapter
     NO_NOTEBOOK = "no notebook"  # a student's folder without any
+    WRONG_CHAPTER = "wrong chapter"  # another chapter than the one expected (Gradescope)
 
 
 class Result(Enum):
@@ -140,6 +145,8 @@ def _title(nb) -> str:
 def chapters(source_dir: Path = CHAPTERS) -> dict[str, Chapter]:
     """The chapters with exercises, by id, read from the book's notebooks by the parser that
     makes the student copies (``make_student.exercises``)."""
+    from make_student import exercises  # tools/ only: not in the Gradescope autograder
+
     found = {}
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -171,15 +178,28 @@ def installed_library() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def _hand_over(workdir: Path, user: str) -> None:
+    """Make ``workdir`` the kernel's own: owned by ``user``, closed to everyone else."""
+    import pwd
+
+    account = pwd.getpwnam(user)
+    os.chown(workdir, account.pw_uid, account.pw_gid)
+    os.chmod(workdir, 0o700)
+
+
 def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path,
-             untrusted: list[Path]) -> Run:
+             untrusted: list[Path], user: str | None = None) -> Run:
     """Execute ``path`` and grade it with ``tools/_grade_runner.py`` in a separate process
-    whose working directory is ``workdir``."""
+    whose working directory is ``workdir``; the kernel runs as ``user`` when given (the
+    grader then runs as root)."""
     out_path = workdir / f"results-{secrets.token_hex(8)}.json"
-    command = [sys.executable, str(RUNNER), str(path), "--results", str(out_path),
+    command = [sys.executable, str(RUNNER), str(Path(path).resolve()), "--results", str(out_path),
                "--library", str(installed_library()), "--timeout", str(int(timeout)),
                *[f"--exercise={fn}:{check}" for fn, check in chapter.exercises],
                *[f"--untrusted={folder}" for folder in untrusted]]
+    if user is not None:
+        _hand_over(workdir, user)
+        command.append(f"--user={user}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=True, text=True)
@@ -197,19 +217,24 @@ def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path,
         lines = [line for line in (stderr or "").splitlines() if line.strip()]
         why = f" ({lines[-1].strip()[:200]})" if lines else ""
         return Run(Status.NOT_GRADED, detail=f"the grading cell did not run{why}")
-    results = json.loads(out_path.read_text(encoding="utf-8"))
+    try:
+        results = json.loads(out_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # e.g. overwritten by the notebook's own process
+        return Run(Status.NOT_GRADED, detail=f"unreadable results ({type(exc).__name__})")
+    if not isinstance(results, dict):
+        return Run(Status.NOT_GRADED, detail="unreadable results (not a JSON object)")
     if "tampered" in results:
         return Run(Status.TAMPERED, detail=str(results["tampered"]))
     return Run(Status.OK, results)
 
 
 def _run_with_retry(path: Path, chapter: Chapter, timeout: float, workdir: Path,
-                    untrusted: list[Path]) -> Run:
+                    untrusted: list[Path], user: str | None = None) -> Run:
     """``_run_one``, run a second time when the grading cell did not run: that happens when a
     kernel fails to start, which says nothing about the student's notebook."""
-    run = _run_one(path, chapter, timeout, workdir, untrusted)
+    run = _run_one(path, chapter, timeout, workdir, untrusted, user)
     if run.status is Status.NOT_GRADED:
-        run = _run_one(path, chapter, timeout, workdir, untrusted)
+        run = _run_one(path, chapter, timeout, workdir, untrusted, user)
     return run
 
 
@@ -222,9 +247,19 @@ _WHY_NOT_GRADED = {
 
 
 def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout: float,
-                   folder: Path | None = None) -> Row:
+                   folder: Path | None = None, user: str | None = None,
+                   expected: str | None = None) -> Row:
     """Grade the notebook at ``path``, submitted by ``student`` whose folder is ``folder``
-    (default: the notebook's own folder): nothing under it is imported by the grading."""
+    (default: the notebook's own folder): nothing under it is imported by the grading.
+
+    Args:
+        user: the account the kernel runs as (this process must then be root), or None to
+            run it as this process's own.
+        expected: the one chapter to grade: a notebook of another known chapter then gets
+            ``Status.WRONG_CHAPTER`` (its id in ``Row.chapter``) and is not run.
+
+    Returns:
+        The notebook's row: status, and each exercise's result and checker's report."""
     row = Row(student, path.name)
     try:
         nb = nbformat.read(path, as_version=4)
@@ -236,10 +271,13 @@ def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout:
         row.status = Status.UNKNOWN_CHAPTER
         return row
     row.chapter = chapter_id
+    if expected is not None and chapter_id != expected:
+        row.status = Status.WRONG_CHAPTER
+        return row
     chapter = known[chapter_id]
     untrusted = sorted({path.parent.resolve(), (folder or path.parent).resolve()})
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-        run = _run_with_retry(path, chapter, timeout, Path(workdir), untrusted)
+        run = _run_with_retry(path, chapter, timeout, Path(workdir), untrusted, user)
     row.status, row.detail = run.status, run.detail
     for function, _ in chapter.exercises:
         entry = run.results.get(function)

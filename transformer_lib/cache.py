@@ -98,6 +98,11 @@ class KVCache(PositionCache):
     ``k`` and ``v`` have shape ``(n_layers, B, H_kv, max_seq_len, D)``; the first ``pos``
     positions are filled. Each layer writes its new keys/values at ``pos`` and reads
     ``0 … pos + T - 1``; the model advances ``pos`` once per forward, after the layer loop.
+
+    One ``pos`` serves the whole batch: every sequence writes at the same slots. Prompts of
+    different lengths share a cache when padded on the left, with the padded keys blocked by
+    a mask in every forward pass (chapter 7); a position per sequence is not supported.
+    Growing a cache with ``torch.cat`` instead would copy every cached position at each step.
     """
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_seq_len: int,

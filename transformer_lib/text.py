@@ -22,18 +22,24 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.ffn import FeedForward
+from transformer_lib.norms import LayerNorm
 from transformer_lib.resources import data_file, load_json
 from transformer_lib.tasks import check_overrides
 
 TEXT_FILE = "shakespeare.txt"  # the bundled text: three plays, about 330 KB of ASCII
 CHECKPOINT_FILE = "tiny_lm.pt"  # the model trained on it by bench/train_text_model.py
 SWEEP_FILE = "kv_heads_sweep.json"  # MHA / GQA / MQA at one budget, several seeds
+ABLATION_FILE = "ffn_norm_ablation.json"  # SwiGLU/ReLU x RMSNorm/LayerNorm, several seeds
+FFNS = ("swiglu", "relu")  # the feed-forward network of every block
+NORMS = ("rms", "layer")  # the norms of every block and the final one
 CHECKPOINT_FORMAT = 1  # bumped when the layout of a saved checkpoint changes
 
 __all__ = [
     "CharTokenizer", "load_text", "data_file", "split_ids", "next_token_batch",
     "text_config", "train_text_model", "evaluate_loss", "generate_text",
-    "save_text_model", "load_text_model", "load_kv_heads_sweep",
+    "save_text_model", "load_text_model", "load_kv_heads_sweep", "load_ffn_norm_ablation",
+    "FFNS", "NORMS",
 ]
 
 
@@ -178,6 +184,23 @@ def text_config(vocab_size: int, **overrides) -> DecoderConfig:
     return DecoderConfig(**fields)
 
 
+def _swap_parts(model: Decoder, ffn: str, norm: str) -> Decoder:
+    """Replace SwiGLU by a bias-free ReLU FFN of the same parameters (width 3/2 · d_ff) and
+    RMSNorm by LayerNorm (which adds a bias of C per norm); the new FFN is initialised as the
+    Decoder initialises its own (N(0, 0.02)), every other weight is kept."""
+    c = model.config
+    for block in model.layers:
+        if ffn == "relu":
+            block.mlp = FeedForward(c.d_model, 3 * c.d_ff // 2, bias=False)
+            block.mlp.apply(model._init_weights)
+        if norm == "layer":
+            block.input_layernorm = LayerNorm(c.d_model, c.norm_eps)
+            block.post_attention_layernorm = LayerNorm(c.d_model, c.norm_eps)
+    if norm == "layer":
+        model.norm = LayerNorm(c.d_model, c.norm_eps)
+    return model
+
+
 def _lr_at(step: int, steps: int, lr: float, warmup: int, min_lr: float) -> float:
     """Linear warm-up to ``lr`` over ``warmup`` steps, then a cosine decay to ``min_lr`` at
     the last step (``step`` counts from 1)."""
@@ -192,8 +215,8 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
                      warmup: int = 30, min_lr: float | None = None,
                      weight_decay: float = 0.0, grad_clip: float = 1.0, seed: int = 0,
                      val_ids: Tensor | None = None, eval_every: int = 0,
-                     device: torch.device | str | None = None
-                     ) -> tuple[Decoder, dict[str, Any]]:
+                     device: torch.device | str | None = None, ffn: str = "swiglu",
+                     norm: str = "rms") -> tuple[Decoder, dict[str, Any]]:
     """Train a :class:`~transformer_lib.decoder.Decoder` to predict the next token of
     ``train_ids``.
 
@@ -210,6 +233,9 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
         val_ids: optional ``(M,)`` ids; with ``eval_every > 0`` the validation loss
             (:func:`evaluate_loss`) is recorded every ``eval_every`` steps and at the end.
         device: where the model trains (None: the CPU).
+        ffn: ``"swiglu"`` (the Decoder's), or ``"relu"``: a bias-free 2017 FFN of width
+            ``3 * d_ff // 2``, the same number of parameters.
+        norm: ``"rms"`` (the Decoder's RMSNorm), or ``"layer"``: LayerNorm in the same places.
 
     Returns:
         ``(model, history)``: the model in eval mode on ``device``, and ``{"step", "loss",
@@ -238,6 +264,9 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
                          f"weight_decay ({weight_decay}) non-negative")
     if eval_every < 0 or (eval_every and val_ids is None):
         raise ValueError(f"eval_every ({eval_every}) must be >= 0, and needs val_ids")
+    for name, value, choices in (("ffn", ffn, FFNS), ("norm", norm, NORMS)):
+        if value not in choices:
+            raise ValueError(f"{name} ({value!r}) must be one of {choices}")
     min_lr = lr / 10 if min_lr is None else min_lr
     device = torch.device("cpu" if device is None else device)
     gen = torch.Generator().manual_seed(seed)  # the training windows, drawn on the CPU
@@ -247,7 +276,10 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):  # initialisation leaves no trace
         torch.manual_seed(seed)
-        model = Decoder(config).to(device)
+        model = Decoder(config)
+        if (ffn, norm) != ("swiglu", "rms"):
+            model = _swap_parts(model, ffn, norm)
+        model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99),
                                   weight_decay=weight_decay)
     model.train()
@@ -378,3 +410,10 @@ def load_kv_heads_sweep() -> dict[str, Any]:
     shared settings, and for each number of key/value heads the validation loss of every
     seed, their mean and standard deviation, and the parameters and KV-cache bytes."""
     return load_json(SWEEP_FILE)
+
+
+def load_ffn_norm_ablation() -> dict[str, Any]:
+    """The saved SwiGLU-vs-ReLU and RMSNorm-vs-LayerNorm comparison of
+    ``bench/ffn_norm_ablation.py``: the shared settings, and for each variant (``"swiglu+rms"``
+    and so on) its parameters and the final training and validation loss of every seed."""
+    return load_json(ABLATION_FILE)

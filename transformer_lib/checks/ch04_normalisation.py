@@ -1,15 +1,14 @@
 """Checkers for the exercises of chapter 4, normalisation and training stability
 (``chapters/04_normalisation.ipynb``): a Noam multiplier that makes ``LambdaLR`` give the
-paper's rate whatever the optimizer's base rate, RMSNorm that survives fp16 and bf16 inputs,
-and a pre-norm decoder layer with its bugs fixed."""
+paper's rate whatever the optimizer's base rate, a ReZero encoder layer (no norm, a learnt
+gate that starts at zero), and the gradient each layer of a DeepNorm stack receives."""
 from __future__ import annotations
 
 from typing import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from transformer_lib.attention import causal_mask
 from transformer_lib.checks._harness import (
     CheckResult,
     _as_number,
@@ -22,7 +21,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
-from transformer_lib.encoder_decoder import DecoderLayer
+from transformer_lib.encoder_decoder import EncoderLayer
 
 # A Noam multiplier for a given base rate -----------------------------------------------------
 
@@ -50,8 +49,10 @@ def _rate_mistakes(d_model: int, warmup: int, base_lr: float, step: int
         (d_model ** -0.5 * min(t ** -0.5, t * warmup ** -0.5),
          "the rise is t · warmup^-1.5, so that the two branches meet at t = warmup"),
         (_noam(d_model, warmup, t + 1),
-         "one step off: LambdaLR passes the number of scheduler steps taken so far, and that "
-         "number is the paper's step (step 0, at creation, counts as step 1)"),
+         "one step late: this exercise takes the step LambdaLR passes as the paper's t and "
+         "counts only step 0 as 1, max(step, 1), the Annotated Transformer's convention; "
+         "step + 1 maps LambdaLR's count from 0 onto the paper's count from 1, a faithful "
+         "convention too, but not the one asked for here"),
     ]
 
 
@@ -127,175 +128,213 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
     ])
 
 
-# RMSNorm that survives low precision ---------------------------------------------------------
-
-# (atol, rtol) per dtype: a few units in the last place of the output. Values are O(1).
-_TOLERANCES = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 1.6e-2),
-               torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-10)}
+# Layers for the two residual exercises ------------------------------------------------------
 
 
-def _rms_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """RMSNorm computed in fp64, cast to x's dtype."""
-    h = x.double()
-    out = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.double()
-    return out.to(x.dtype)
+def _refuse(message: str) -> Callable[..., Tensor]:
+    def refuse(*args, **kwargs) -> Tensor:
+        raise RuntimeError(message)
+    return refuse
 
 
-def _rms_mistakes(x: Tensor, weight: Tensor, eps: float) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes, each with its hint."""
-    h = x.double()
-    mean_square = h.pow(2).mean(dim=-1, keepdim=True)
-    naive = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight  # x's dtype
-    centred = h - h.mean(dim=-1, keepdim=True)
-    mistakes = [
-        (naive, "in fp16 the square of anything above 256 overflows (the largest fp16 number "
-                "is 65504), the mean square becomes inf and the output 0: compute the mean "
-                "square in fp32, then cast the result back to x's dtype"),
-        ((h * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
-          * weight.double()).to(x.dtype),
-         "that divides by the standard deviation: RMSNorm divides by the root mean square of "
-         "x itself, mean(x²), with no mean subtracted"),
-        ((h * torch.rsqrt(mean_square + eps)).to(x.dtype),
-         "the learned scale `weight` is missing"),
-        ((h / (mean_square.sqrt() + eps) * weight.double()).to(x.dtype),
-         "eps goes inside the square root: x / sqrt(mean(x²) + eps)"),
-        ((h * torch.rsqrt(h.pow(2).sum(dim=-1, keepdim=True) + eps)
-          * weight.double()).to(x.dtype),
-         "that is the root of the sum of squares: RMSNorm uses their mean over the C "
-         "channels"),
-    ]
-    if x.dtype == torch.float64:
-        f32 = x.float()
-        mistakes.append(((f32 * torch.rsqrt(f32.pow(2).mean(dim=-1, keepdim=True) + eps)
-                          * weight.float()).double(),
-                         "fp64 input was computed in fp32: use fp32 for fp16, bf16 and fp32 "
-                         "inputs, and keep fp64 in fp64"))
-    return mistakes
+class _NoNorm(nn.Module):
+    """Stands where a ReZero layer has no norm: calling it raises, with the reason."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise RuntimeError(f"ReZero has no norm: this layer's {self.name} is not there to be "
+                           "called; use only layer.self_attn and layer.feed_forward")
 
 
-def check_stable_rms_norm(stable_rms_norm: Callable[[Tensor, Tensor, float], Tensor]
-                          ) -> CheckResult:
-    """Check ``stable_rms_norm(x, weight, eps) -> (..., C)``: RMSNorm over the last axis of
-    ``x`` (any float dtype), scaled by ``weight`` ``(C,)`` of x's dtype, the mean square
-    computed in fp32 (fp64 for fp64 inputs) and the result returned in x's dtype."""
-    g = _generator()
-
-    def case(shape: tuple[int, ...], dtype: torch.dtype, eps: float, scale: float = 1.0,
-             outlier: float | None = None, offset: float = 0.0) -> Callable[[], None]:
-        x = scale * torch.randn(*shape, generator=g) + offset
-        if outlier is not None:
-            x[..., 0] = outlier  # one large channel, as large trained models have
-        x = x.to(dtype)
-        weight = (1.0 + 0.3 * torch.randn(shape[-1], generator=g)).to(dtype)
-
-        def run() -> None:
-            got = _call(stable_rms_norm, [x, weight, eps], ["x", "weight", "eps"])
-            atol, rtol = _TOLERANCES[dtype]
-            letters = "(B, T, C)" if len(shape) == 3 else "(N, C)"
-            _compare(got, _rms_reference(x, weight, eps), "the output", letters=letters,
-                     atol=atol, rtol=rtol, mistakes=_rms_mistakes(x, weight, eps),
-                     nan_hint="compute the mean square in fp32: in fp16 it overflows to inf")
-        return run
-
-    return _run("stable_rms_norm", stable_rms_norm, [
-        ("fp32 (2, 5, 16), mean 3, eps 1e-6", case((2, 5, 16), torch.float32, 1e-6,
-                                                   offset=3.0)),
-        ("fp16 (4, 64) with one channel at 300, eps 1e-6",
-         case((4, 64), torch.float16, 1e-6, outlier=300.0)),
-        ("bf16 (2, 3, 256) with one channel at 3000, eps 1e-5",
-         case((2, 3, 256), torch.bfloat16, 1e-5, scale=2.0, outlier=3000.0)),
-        ("fp16 (3, 32) of size 100, eps 1e-5", case((3, 32), torch.float16, 1e-5,
-                                                    scale=100.0)),
-        ("fp64 (2, 4, 8), eps 1e-6, checked to 1e-12", case((2, 4, 8), torch.float64, 1e-6,
-                                                             scale=5.0, offset=1.0)),
-    ])
-
-
-# A pre-norm decoder layer, fixed ---------------------------------------------------------------
-
-
-def _decoder_layer(g: torch.Generator, d_model: int, n_heads: int, d_ff: int) -> DecoderLayer:
-    """A post-norm :class:`DecoderLayer` without dropout whose every weight, norms included,
+def _encoder_layer(g: torch.Generator, d_model: int, n_heads: int) -> EncoderLayer:
+    """A post-norm :class:`EncoderLayer` without dropout whose every weight, norms included,
     is drawn from ``g`` (the global random state is untouched)."""
     with torch.random.fork_rng(devices=[]):
-        layer = DecoderLayer(d_model, n_heads, d_ff, dropout=0.0, norm_first=False)
+        layer = EncoderLayer(d_model, n_heads, 2 * d_model, dropout=0.0, norm_first=False)
     with torch.no_grad():
         for name, p in layer.named_parameters():
             if name.startswith("norm") and name.endswith("weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.startswith("norm"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
             else:
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
     return layer.eval()
 
 
-def _pre_norm_mistakes(layer: DecoderLayer, x: Tensor, memory: Tensor, mask: Tensor
-                       ) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes, each with its hint."""
-    n1, n2, n3 = layer.norm1, layer.norm2, layer.norm3
-    attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
+# A ReZero encoder layer -----------------------------------------------------------------------
 
-    def stack(x: Tensor, *, residual_normed: bool = False, memory_normed: bool = False,
-              use_mask: bool = True, norms=(n1, n2, n3)) -> Tensor:
-        a, b, c = norms
-        h = a(x)
-        x = (h if residual_normed else x) + attn(h, mask=mask if use_mask else None)
-        x = x + cross(b(x), b(memory) if memory_normed else memory)
-        return x + ffn(c(x))
 
+def _rezero(layer: EncoderLayer, x: Tensor, alpha: Tensor, *, gate=(True, True),
+            scale_sum: bool = False, parallel: bool = False) -> Tensor:
+    """The ReZero layer, or one of the usual mistakes."""
+    a1 = alpha if gate[0] else 1.0
+    a2 = alpha if gate[1] else 1.0
+    if scale_sum:
+        h = a1 * (x + layer.self_attn(x))
+        return a2 * (h + layer.feed_forward(h))
+    h = x + a1 * layer.self_attn(x)
+    return h + a2 * layer.feed_forward(x if parallel else h)
+
+
+def _rezero_mistakes(layer: EncoderLayer, x: Tensor, alpha: Tensor
+                     ) -> list[tuple[Tensor, str]]:
     return [
-        (stack(x, residual_normed=True, memory_normed=True),
-         "both bugs are still there (see the two hints below)"),
-        (stack(x, residual_normed=True),
-         "the first sublayer adds its output to norm1(x) instead of x: the residual stream "
-         "must carry x itself, x + f(norm(x)), or the identity path is lost"),
-        (stack(x, memory_normed=True),
-         "the memory goes into cross-attention as the encoder made it: the decoder's norms "
-         "normalise the decoder's own stream only"),
-        (layer(x, memory, mask),
-         "that is the post-norm layer (norm after each residual sum), which is what this "
-         "layer's own forward computes"),
-        (stack(x, use_mask=False),
-         "self-attention needs the causal mask tgt_mask"),
-        (stack(x, norms=(n1, n1, n1)),
-         "each sublayer has its own norm: norm1 before self-attention, norm2 before "
-         "cross-attention, norm3 before the feed-forward network"),
+        (_rezero(layer, x, alpha, gate=(False, False)),
+         "alpha is missing: each sublayer's output is multiplied by alpha before it is added"),
+        (_rezero(layer, x, alpha, scale_sum=True),
+         "alpha multiplies the sublayer's output only, x + alpha·f(x): the residual path x "
+         "is left as it is, so that the layer is the identity at alpha = 0"),
+        (_rezero(layer, x, alpha, gate=(True, False)),
+         "the feed-forward network's output needs alpha too: one alpha gates both sublayers"),
+        (_rezero(layer, x, alpha, gate=(False, True)),
+         "the attention's output needs alpha too: one alpha gates both sublayers"),
+        (_rezero(layer, x, alpha, parallel=True),
+         "the feed-forward network reads the stream after the attention's update, "
+         "h = x + alpha·attn(x), not x"),
     ]
 
 
-def check_pre_norm_decoder_layer(pre_norm_decoder_layer: Callable[..., Tensor]
-                                 ) -> CheckResult:
-    """Check ``pre_norm_decoder_layer(layer, x, memory, tgt_mask) -> (B, T, C)``: the pre-norm
-    decoder layer x + f(norm(x)) for its three sublayers, built from the submodules of
-    ``layer`` (a :class:`DecoderLayer`, here a post-norm one, without dropout); the result
-    must equal ``DecoderLayer(..., norm_first=True)`` with the same weights."""
+def check_rezero_encoder_layer(rezero_encoder_layer: Callable[[EncoderLayer, Tensor, Tensor],
+                                                              Tensor]) -> CheckResult:
+    """Check ``rezero_encoder_layer(layer, x, alpha) -> (B, T, C)``: h = x + alpha·attn(x),
+    then h + alpha·ffn(h), from ``layer.self_attn`` and ``layer.feed_forward`` (the layers it
+    is given have no usable norm); the identity at alpha = 0, and alpha (a 0-d tensor that
+    requires grad) gets its gradient."""
     g = _generator()
 
-    def case(B: int, T: int, S: int, d_model: int, n_heads: int) -> Callable[[], None]:
-        layer = _decoder_layer(g, d_model, n_heads, 2 * d_model)
-        with torch.random.fork_rng(devices=[]):
-            reference = DecoderLayer(d_model, n_heads, 2 * d_model, dropout=0.0,
-                                     norm_first=True)
-        reference.load_state_dict(layer.state_dict())
-        reference.eval()
-        x = torch.randn(B, T, d_model, generator=g)  # (B, T, C)
-        memory = torch.randn(B, S, d_model, generator=g)  # (B, S, C)
-        mask = causal_mask(T)  # (T, T)
+    def inputs(B: int, T: int, C: int, H: int, alpha: float
+               ) -> tuple[EncoderLayer, Tensor, Tensor]:
+        layer = _encoder_layer(g, C, H)
+        layer.norm1, layer.norm2 = _NoNorm("norm1"), _NoNorm("norm2")
+        x = torch.randn(B, T, C, generator=g)  # (B, T, C)
+        return layer, x, torch.tensor(alpha, requires_grad=True)
+
+    def output(B: int, T: int, C: int, H: int, alpha: float) -> Callable[[], None]:
+        layer, x, a = inputs(B, T, C, H, alpha)
 
         def run() -> None:
+            got = _call(rezero_encoder_layer, [layer, x, a], ["layer", "x", "alpha"])
             with torch.no_grad():
-                got = _call(pre_norm_decoder_layer, [layer, x, memory, mask],
-                            ["layer", "x", "memory", "tgt_mask"])
-                want = reference(x, memory, mask)
-                mistakes = _pre_norm_mistakes(layer, x, memory, mask)
+                want = _rezero(layer, x, a)
+                mistakes = _rezero_mistakes(layer, x, a)
             _compare(got, want, "the output", letters="(B, T, C)",
-                     axes=("batch", "position", "channel"), mistakes=mistakes,
-                     shape_hints={(B, S, d_model): "cross-attention's queries come from the "
-                                  "decoder's stream (B, T, C); the memory gives its keys "
-                                  "and values"})
+                     axes=("batch", "position", "channel"), mistakes=mistakes)
         return run
 
-    return _run("pre_norm_decoder_layer", pre_norm_decoder_layer, [
-        ("B 2, T 5, S 7, C 16, 2 heads", case(2, 5, 7, 16, 2)),
-        ("B 3, T 4, S 4, C 8, 1 head", case(3, 4, 4, 8, 1)),
-        ("B 1, T 6, S 3, C 24, 4 heads", case(1, 6, 3, 24, 4)),
+    def identity_at_zero() -> None:
+        layer, x, a = inputs(2, 4, 8, 2, 0.0)
+        got = _call(rezero_encoder_layer, [layer, x, a], ["layer", "x", "alpha"])
+        _compare(got, x, "the output at alpha = 0", letters="(B, T, C)", atol=0.0, rtol=0.0,
+                 mistakes=[(torch.zeros_like(x), "at alpha = 0 the output is 0: alpha "
+                            "multiplies the residual path too; it should gate f(x) only")])
+
+    def alpha_learns() -> None:
+        layer, x, a = inputs(2, 3, 8, 1, 0.5)
+        r = torch.randn(x.shape, generator=g)  # (B, T, C): a fixed direction for the loss
+        got = _call(rezero_encoder_layer, [layer, x, a], ["layer", "x", "alpha"])
+        want = torch.autograd.grad((_rezero(layer, x, a) * r).sum(), a)[0]
+        no_grad = _Failure("alpha gets no gradient from the output",
+                           "keep alpha a tensor in the computation: float(alpha), "
+                           "alpha.item() or alpha.detach() cut it out of the graph, "
+                           "so it could never learn")
+        if not isinstance(got, Tensor) or got.shape != x.shape:
+            raise _Failure(f"returned {_describe(got)}, expected a tensor of shape "
+                           f"{tuple(x.shape)}")
+        if not got.requires_grad:
+            raise no_grad
+        grad = torch.autograd.grad((got * r).sum(), a, allow_unused=True)[0]
+        if grad is None:
+            raise no_grad
+        _compare(grad, want, "the gradient of (output · r).sum() with respect to alpha",
+                 atol=1e-4, rtol=1e-4)
+
+    return _run("rezero_encoder_layer", rezero_encoder_layer, [
+        ("B 2, T 5, C 16, 2 heads, alpha 0.37", output(2, 5, 16, 2, 0.37)),
+        ("B 1, T 3, C 8, 1 head, alpha -0.8", output(1, 3, 8, 1, -0.8)),
+        ("alpha 0: the layer is exactly the identity", identity_at_zero),
+        ("alpha gets its gradient (it is learnt)", alpha_learns),
+    ])
+
+
+# The gradient profile of a DeepNorm stack -------------------------------------------------------
+
+
+def _profile(layers: list[EncoderLayer], x: Tensor, target: Tensor, *, alpha: float,
+             gate_branch: bool = False, only_sublayers: bool = False,
+             summed: bool = False) -> Tensor:
+    """The gradient norm of each layer's parameters for the DeepNorm stack (or a mistake)."""
+    h = x
+    for layer in layers:
+        for norm, f in ((layer.norm1, layer.self_attn), (layer.norm2, layer.feed_forward)):
+            h = norm(h + alpha * f(h)) if gate_branch else norm(alpha * h + f(h))
+    loss = ((h - target) ** 2).sum() if summed else ((h - target) ** 2).mean()
+    params = [[p for name, p in layer.named_parameters()
+               if not (only_sublayers and name.startswith("norm"))] for layer in layers]
+    grads = torch.autograd.grad(loss, [p for group in params for p in group])
+    norms, i = [], 0
+    for group in params:
+        norms.append(torch.cat([gr.flatten() for gr in grads[i:i + len(group)]]).norm())
+        i += len(group)
+    return torch.stack(norms)  # (N,)
+
+
+def _profile_mistakes(layers: list[EncoderLayer], x: Tensor, target: Tensor
+                      ) -> list[tuple[Tensor, str]]:
+    n = len(layers)
+    alpha = (2 * n) ** 0.25
+    return [
+        (_profile(layers, x, target, alpha=1.0),
+         "that is the plain post-norm stack: DeepNorm multiplies the residual x by "
+         "alpha = (2N)^(1/4) before the sublayer's output is added, LN(alpha·x + f(x))"),
+        (_profile(layers, x, target, alpha=(8 * n) ** -0.25),
+         "alpha = (2N)^(1/4) is larger than 1: it up-weights the residual; (8N)^(-1/4) is "
+         "beta, DeepNorm's gain for the initial weights"),
+        (_profile(layers, x, target, alpha=alpha, gate_branch=True),
+         "alpha multiplies x, the residual, not the sublayer's output: LN(alpha·x + f(x))"),
+        (_profile(layers, x, target, alpha=alpha, only_sublayers=True),
+         "each layer's gradient norm covers all its parameters, the norms' weights and "
+         "biases included"),
+        (_profile(layers, x, target, alpha=alpha, summed=True),
+         "the loss is the mean squared error over every entry, ((y - target)**2).mean(), "
+         "not the sum"),
+    ]
+
+
+def check_deepnorm_gradient_profile(deepnorm_gradient_profile: Callable[..., Tensor]
+                                    ) -> CheckResult:
+    """Check ``deepnorm_gradient_profile(layers, x, target) -> (N,)``: run ``x`` ``(B, T, C)``
+    through the N post-norm layers in DeepNorm form, x <- LN(alpha·x + f(x)) with
+    alpha = (2N)^(1/4) for both sublayers of every layer, take the mean squared error against
+    ``target`` and return the norm of the gradient of each layer's parameters. The layers'
+    own ``forward`` (the plain post-norm layer) raises."""
+    g = _generator()
+
+    def case(n_layers: int, B: int, T: int, C: int, H: int) -> Callable[[], None]:
+        layers = nn.ModuleList(_encoder_layer(g, C, H) for _ in range(n_layers))
+        for layer in layers:
+            layer.forward = _refuse(
+                "this layer's own forward is the plain post-norm layer: build DeepNorm's "
+                "sum from layer.norm1, layer.self_attn, layer.norm2 and layer.feed_forward")
+        x = torch.randn(B, T, C, generator=g)  # (B, T, C)
+        target = torch.randn(B, T, C, generator=g)  # (B, T, C)
+
+        def run() -> None:
+            for p in layers.parameters():
+                p.grad = None
+            got = _call(deepnorm_gradient_profile, [layers, x, target],
+                        ["layers", "x", "target"])
+            want = _profile(list(layers), x, target, alpha=(2 * n_layers) ** 0.25)
+            mistakes = _profile_mistakes(list(layers), x, target)
+            _compare(got, want, "the gradient norms", letters="(N,)", axes=("layer",),
+                     mistakes=mistakes, atol=1e-5, rtol=1e-4)
+        return run
+
+    return _run("deepnorm_gradient_profile", deepnorm_gradient_profile, [
+        ("1 layer, B 2, T 4, C 8, 2 heads", case(1, 2, 4, 8, 2)),
+        ("3 layers, B 2, T 5, C 16, 2 heads", case(3, 2, 5, 16, 2)),
+        ("6 layers, B 1, T 6, C 8, 1 head", case(6, 1, 6, 8, 1)),
     ])

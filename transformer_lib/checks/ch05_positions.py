@@ -1,7 +1,7 @@
 """Checkers for the exercises of chapter 5, positional encodings
 (``chapters/05_positional.ipynb``): the matrix that moves a sinusoidal encoding k positions on,
-RoPE with the interleaved pairing, and one decoding step with RoPE and a cache of keys and
-values."""
+RoPE tables with NTK-aware scaling for longer contexts, and one decoding step with RoPE and a
+cache of keys and values."""
 from __future__ import annotations
 
 import math
@@ -90,74 +90,107 @@ def check_sinusoid_shift_matrix(sinusoid_shift_matrix: Callable[[int, int], Tens
     ])
 
 
-# RoPE with the interleaved pairing ---------------------------------------------------------
+# Longer contexts: RoPE tables with NTK-aware scaling -----------------------------------------
 
 
-def _interleaved_mistakes(x: Tensor, cos: Tensor, sin: Tensor) -> list[tuple[Tensor, str]]:
-    """The outputs that the usual mistakes give, each with its hint."""
-    cos_x, sin_x = cos.to(x.dtype), sin.to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2)
-    swapped = torch.stack([-odd, even], dim=-1).flatten(-2)  # (..., T, D): pair (-x_odd, x_even)
-    tiled_cos, tiled_sin = torch.cat([cos_x, cos_x], -1), torch.cat([sin_x, sin_x], -1)  # (T, D)
-    return [
-        (apply_rope(x, cos, sin, "half"),
-         "this pairs channel i with channel i + D/2, the split-half pairing; the interleaved "
-         "pairing rotates neighbours: channels 2i and 2i+1 form pair i"),
-        (apply_rope(x, cos, -sin, "interleaved"),
-         "the pairs turn the wrong way: the first channel of a pair becomes "
-         "x_first·cos − x_second·sin, the second x_first·sin + x_second·cos"),
-        (torch.cat([even * cos_x - odd * sin_x, even * sin_x + odd * cos_x], dim=-1),
-         "the rotated pairs come back in the split-half layout (all first channels, then all "
-         "second channels): put the two results of pair i back into channels 2i and 2i+1"),
-        (x * tiled_cos + swapped * tiled_sin,
-         "channels 2i and 2i+1 must both use column i of cos and sin: repeat each column "
-         "twice (repeat_interleave), rather than the whole table side by side (cat)"),
-        (x, "nothing was rotated: the output equals the input"),
-    ]
+def _ntk_tables(T: int, head_dim: int, factor: float, theta: float, *,
+                base_power: float | None = None, position_scale: float = 1.0,
+                swap: bool = False) -> tuple[Tensor, Tensor]:
+    """The reference (the defaults) and the mistakes (the other arguments): the cosines and
+    sines of ``(m · position_scale) · b^(-2i/D)`` with the base ``b = theta · factor^p``,
+    ``p = D / (D - 2)`` unless ``base_power`` says otherwise; float32, ``(T, D/2)`` each."""
+    power = head_dim / (head_dim - 2) if base_power is None else base_power
+    base = theta * factor ** power
+    pairs = torch.arange(0, head_dim, 2, dtype=torch.float64)  # (D/2,): 2i
+    inv_freq = base ** (-pairs / head_dim)  # (D/2,): radians per position
+    pos = torch.arange(T, dtype=torch.float64) * position_scale  # (T,)
+    angles = pos[:, None] * inv_freq[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
+    cos, sin = angles.cos().float(), angles.sin().float()
+    return (sin, cos) if swap else (cos, sin)
 
 
-def _through_the_permutation(x: Tensor, cos: Tensor, sin: Tensor) -> Callable[[Tensor], str | None]:
-    """A property: reordering the channels as (0, 2, 4, …, 1, 3, 5, …) turns the output into
-    split-half RoPE of the reordered input."""
-    D = x.shape[-1]
-    order = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
-    want = apply_rope(x[..., order], cos, sin, "half")
+def _pair_speeds(T: int, head_dim: int, factor: float, theta: float
+                 ) -> Callable[[Tensor, Tensor], str | None]:
+    """A property of the two tables together: the fastest pair turns as in ``rope_cos_sin``
+    (1 rad per position) and the slowest ``factor`` times more slowly than there."""
+    slow = theta ** (-(head_dim - 2) / head_dim)  # rope_cos_sin's slowest pair, rad/position
 
-    def prop(out: Tensor) -> str | None:
-        got = out[..., order]
-        if torch.allclose(got.double(), want.double(), atol=1e-5, rtol=1e-4):
+    def prop(cos: Tensor, sin: Tensor) -> str | None:
+        if T < 2:
             return None
-        return ("with its channels reordered as (0, 2, 4, …, 1, 3, 5, …), the output should be "
-                "split-half RoPE of the reordered input, and it is not")
+        step = torch.atan2(sin[1].double(), cos[1].double())  # (D/2,): angle at position 1
+        if abs(step[0].item() - 1.0) > 1e-5:
+            return (f"the fastest pair (column 0) turns {step[0].item():.4g} rad per position; "
+                    "NTK-aware scaling leaves it at 1 rad, as rope_cos_sin does")
+        if abs(step[-1].item() - slow / factor) > 1e-5 * slow:
+            return (f"the slowest pair (the last column) turns {step[-1].item():.4g} rad per "
+                    f"position; it should turn factor = {factor:g} times more slowly than in "
+                    f"rope_cos_sin ({slow:.4g} / {factor:g} = {slow / factor:.4g})")
+        return None
     return prop
 
 
-def check_rope_interleaved(rope_interleaved: Callable[[Tensor, Tensor, Tensor], Tensor]
-                           ) -> CheckResult:
-    """Check ``rope_interleaved(x, cos, sin)``: RoPE with the interleaved pairing (channels 2i
-    and 2i+1 form pair i, rotated by the angle whose cosine and sine are ``cos[t, i]`` and
-    ``sin[t, i]`` at position t). ``x`` is ``(..., T, D)``, ``cos`` and ``sin`` ``(T, D/2)``;
-    the output has the shape and dtype of ``x``."""
-    g = _generator()
+def _ntk_mistakes(T: int, head_dim: int, factor: float, theta: float
+                  ) -> list[tuple[tuple[Tensor, Tensor], str]]:
+    """The tables that the usual mistakes give, each with its hint."""
+    p = head_dim / (head_dim - 2)
+    return [
+        (_ntk_tables(T, head_dim, factor, theta, position_scale=1.0 / factor),
+         "this is position interpolation: every position is divided by factor, so every pair "
+         "slows down, the fastest too. NTK-aware scaling keeps the positions and raises the "
+         "base"),
+        (_ntk_tables(T, head_dim, factor, theta, base_power=1.0),
+         "the base times factor slows the slowest pair only by factor^((D-2)/D): raise factor "
+         "to the power D/(D-2), so that its speed theta^(-(D-2)/D) is divided by exactly "
+         "factor"),
+        (_ntk_tables(T, head_dim, factor, theta, base_power=-p),
+         "the pairs turn faster than with theta: the base must grow (theta times "
+         "factor^(D/(D-2))), not shrink"),
+        (_ntk_tables(T, head_dim, factor, theta, swap=True),
+         "cos and sin are swapped: return the pair (cos, sin) in this order"),
+    ]
 
-    def case(shape: tuple[int, ...], offset: int, dtype: torch.dtype) -> Callable[[], None]:
-        T, D = shape[-2], shape[-1]
-        x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)  # (..., T, D)
-        cos, sin = rope_cos_sin(T, D, offset=offset)  # (T, D/2) each, float32
+
+def check_ntk_rope_tables(ntk_rope_tables: Callable[..., tuple]) -> CheckResult:
+    """Check ``ntk_rope_tables(T, head_dim, factor, theta=10000.0) -> (cos, sin)``: the RoPE
+    tables, ``(T, D/2)`` each, for positions 0 … T−1 with NTK-aware scaling. The base is
+    raised to ``theta · factor^(D/(D−2))``, so that the fastest pair still turns 1 rad per
+    position and the slowest turns ``factor`` times more slowly than with ``theta``. Any
+    floating dtype is accepted; the values are compared as float32. The library's
+    ``rope_cos_sin`` may not be called: the exercise asks for the tables."""
+
+    def case(T: int, head_dim: int, factor: float, theta: float | None) -> Callable[[], None]:
+        base = 10000.0 if theta is None else theta
 
         def run() -> None:
-            got = _call(rope_interleaved, [x, cos, sin], ["x", "cos", "sin"])
-            _compare(got, apply_rope(x, cos, sin, "interleaved"), "the output",
-                     letters="(..., T, D)", properties=[_through_the_permutation(x, cos, sin)],
-                     mistakes=_interleaved_mistakes(x, cos, sin))
+            args, names = [T, head_dim, factor], ["T", "head_dim", "factor"]
+            if theta is not None:
+                args, names = [*args, theta], [*names, "theta"]
+            got = _call(ntk_rope_tables, args, names, forbid=("rope_cos_sin",))
+            got = _items(got, 2, "the pair (cos, sin)")
+            got = [g.float() if isinstance(g, Tensor) and g.is_floating_point() else g
+                   for g in got]
+            want = _ntk_tables(T, head_dim, factor, base)
+            wrong = _ntk_mistakes(T, head_dim, factor, base)
+            speeds = _pair_speeds(T, head_dim, factor, base)
+            sin_ok = isinstance(got[1], Tensor) and got[1].shape == want[1].shape
+            for i, name in enumerate(("cos", "sin")):
+                both = [lambda cos: speeds(cos, got[1])] if i == 0 and sin_ok else []
+                _compare(got[i], want[i], name, letters="(T, D/2)", axes=("position", "pair"),
+                         atol=1e-5, rtol=0, properties=both,
+                         mistakes=[(w[i], hint) for w, hint in wrong],
+                         shape_hints={(T, head_dim): f"{name} has one column per channel pair, "
+                                                     "D/2 in all (not the table repeated to D "
+                                                     "columns)"})
         return run
 
-    return _run("rope_interleaved", rope_interleaved, [
-        ("x (2, 3, 5, 8): batch 2, 3 heads, positions 0-4, D = 8",
-         case((2, 3, 5, 8), 0, torch.float32)),
-        ("x (6, 4): positions 10-15, D = 4, no batch axes", case((6, 4), 10, torch.float32)),
-        ("x (1, 7, 16) in float64: the output stays float64",
-         case((1, 7, 16), 3, torch.float64)),
+    return _run("ntk_rope_tables", ntk_rope_tables, [
+        ("T = 64, head_dim = 8, factor = 4: the chapter's model on 64 tokens",
+         case(64, 8, 4.0, None)),
+        ("T = 40, head_dim = 16, factor = 2.5, theta = 500,000", case(40, 16, 2.5, 500_000.0)),
+        ("T = 6, head_dim = 4, factor = 1: the tables of rope_cos_sin",
+         case(6, 4, 1.0, None)),
+        ("T = 100, head_dim = 64, factor = 8", case(100, 64, 8.0, None)),
     ])
 
 

@@ -245,13 +245,17 @@ def check_gqa_to_mha(gqa_to_mha: Callable[[dict, int, int], dict]) -> CheckResul
 # Attention with QK-norm ----------------------------------------------------------------------
 
 
-def _whole_width(norm: RMSNorm) -> Callable[[Tensor], Tensor]:
-    """``norm``'s weight, but the mean square over all heads of a position (the mistake of
-    normalising the projection before splitting it into heads)."""
+def _normaliser(norm: RMSNorm, D: int, stats: str) -> Callable[[Tensor], Tensor]:
+    """``norm`` applied to ``(B, h, T, D)`` heads: its weight has D entries (one vector for
+    every head, Qwen3) or h·D (one per channel of the projection, OLMo 2); the mean square is
+    taken over each head's D channels (``stats="head"``) or over all h·D channels of a
+    position (``"whole"``)."""
+    weight = norm.weight if norm.weight.numel() == D else norm.weight.view(-1, 1, D)  # (h, 1, D)
 
-    def apply(t: Tensor) -> Tensor:  # (B, H, T, D)
-        mean_square = t.pow(2).mean(dim=(1, 3), keepdim=True)  # (B, 1, T, 1)
-        return t * torch.rsqrt(mean_square + norm.eps) * norm.weight
+    def apply(t: Tensor) -> Tensor:  # (B, h, T, D)
+        dims = -1 if stats == "head" else (1, 3)
+        mean_square = t.float().pow(2).mean(dim=dims, keepdim=True)  # (B, h or 1, T, 1)
+        return (t.float() * torch.rsqrt(mean_square + norm.eps)).to(t.dtype) * weight
 
     return apply
 
@@ -259,25 +263,27 @@ def _whole_width(norm: RMSNorm) -> Callable[[Tensor], Tensor]:
 def _qk_norm_attention(x: Tensor, attn: MultiHeadAttention, q_norm: RMSNorm, k_norm: RMSNorm,
                        cos: Tensor, sin: Tensor, *, order: str = "norm-rope",
                        norm_k: bool = True, norm_v: bool = False, masked: bool = True,
-                       pairing: str = "half", per_head: bool = True) -> Tensor:
-    """The reference (defaults) and the usual mistakes, selected by the keyword arguments."""
+                       pairing: str = "half", stats: str | None = None) -> Tensor:
+    """The reference (defaults) and the usual mistakes, selected by the keyword arguments.
+    Norms of D weights normalise each head (Qwen3, Gemma 3); norms of H·D and H_kv·D weights
+    the whole projection of a position (OLMo 2); ``stats`` forces one statistic."""
     B, T, C = x.shape
     H, H_kv = attn.n_heads, attn.n_kv_heads
     D = C // H
+    stats = stats or ("head" if q_norm.weight.numel() == D else "whole")
     q = attn.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
     k = attn.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
     v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
-    if not per_head:  # the statistics over all channels of a position, then the weights
-        q_norm, k_norm = _whole_width(q_norm), _whole_width(k_norm)
-    k_n = k_norm if norm_k else (lambda t: t)
+    q_n, k_norm_fn = _normaliser(q_norm, D, stats), _normaliser(k_norm, D, stats)
+    k_n = k_norm_fn if norm_k else (lambda t: t)
     if order == "norm-rope":
-        q = apply_rope(q_norm(q), cos, sin, pairing)
+        q = apply_rope(q_n(q), cos, sin, pairing)
         k = apply_rope(k_n(k), cos, sin, pairing)
     else:
-        q = q_norm(apply_rope(q, cos, sin, pairing))
+        q = q_n(apply_rope(q, cos, sin, pairing))
         k = k_n(apply_rope(k, cos, sin, pairing))
     if norm_v:
-        v = k_norm(v)
+        v = k_norm_fn(v)
     k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)  # (B, H, T, D)
     scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
     if masked:
@@ -289,27 +295,41 @@ def _qk_norm_attention(x: Tensor, attn: MultiHeadAttention, q_norm: RMSNorm, k_n
 def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckResult:
     """Check ``qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)``: causal grouped-query
     self-attention of ``x`` ``(B, T, C)`` through ``attn`` (a bias-free
-    :class:`MultiHeadAttention`), each head's queries and keys RMS-normalised over their D
-    channels by ``q_norm`` and ``k_norm`` after the projections and before split-half RoPE;
-    returns ``(B, T, C)``."""
+    :class:`MultiHeadAttention`), queries and keys RMS-normalised by ``q_norm`` and ``k_norm``
+    after the projections and before split-half RoPE: over each head's D channels when the
+    norms have D weights (Qwen3, Gemma 3), over the whole projection of a position when they
+    have H·D and H_kv·D (OLMo 2); returns ``(B, T, C)``."""
     g = _generator()
 
-    def case(B: int, T: int, C: int, H: int, H_kv: int) -> Callable[[], None]:
+    def case(B: int, T: int, C: int, H: int, H_kv: int, whole: bool) -> Callable[[], None]:
         D = C // H
         attn = _random_weights(_build(lambda: MultiHeadAttention(C, H, H_kv, bias=False)),
                                g, std=0.3)
-        q_norm = _random_weights(_build(lambda: RMSNorm(D)), g)
-        k_norm = _random_weights(_build(lambda: RMSNorm(D)), g)
-        for norm in (q_norm, k_norm):  # named "weight", not "norm…": random around 1
+        q_norm = _build(lambda: RMSNorm(H * D if whole else D))
+        k_norm = _build(lambda: RMSNorm(H_kv * D if whole else D))
+        for norm in (q_norm, k_norm):  # random around 1, never all ones
             with torch.no_grad():
-                norm.weight.copy_(1.0 + 0.5 * torch.randn(D, generator=g))
+                norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape, generator=g))
         x = torch.randn(B, T, C, generator=g)  # (B, T, C)
         cos, sin = rope_cos_sin(T, D, offset=3)  # (T, D/2): positions 3 … T + 2
+        if whole:
+            statistic = ("q_norm has H·D weights, so this case follows OLMo 2: the mean square "
+                         "is taken over the whole projection of a position (all heads "
+                         "together, before splitting it into heads), not over each head")
+        else:
+            statistic = ("this case follows Qwen3 (q_norm has D weights): per head, the mean "
+                         "square over each head's D channels (RMSNorm(D) on the (B, H, T, D) "
+                         "tensor), not over all C channels of a position")
 
         def run() -> None:
             with torch.no_grad():
-                got = _call(qk_norm_attention, [x, attn, q_norm, k_norm, cos, sin],
-                            ["x", "attn", "q_norm", "k_norm", "cos", "sin"])
+                try:
+                    got = _call(qk_norm_attention, [x, attn, q_norm, k_norm, cos, sin],
+                                ["x", "attn", "q_norm", "k_norm", "cos", "sin"])
+                except _Failure as exc:  # RMSNorm(H·D) on (B, H, T, D): a per-head answer
+                    if whole and "must match the size of tensor" in exc.message:
+                        raise _Failure(exc.message, statistic) from None
+                    raise
                 args = (x, attn, q_norm, k_norm, cos, sin)
                 want = _qk_norm_attention(*args)
                 mistakes = [
@@ -326,9 +346,7 @@ def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckRe
                     (_qk_norm_attention(*args, masked=False),
                      "the attention is causal: mask the scores of later positions with -inf "
                      "before the softmax"),
-                    (_qk_norm_attention(*args, per_head=False),
-                     "the mean square is taken over each head's D channels (RMSNorm(D) on "
-                     "the (B, H, T, D) tensor), not over all C channels of a position"),
+                    (_qk_norm_attention(*args, stats="head" if whole else "whole"), statistic),
                     (_qk_norm_attention(*args, pairing="interleaved"),
                      "use the split-half pairing (channel i with i + D/2), as apply_rope does "
                      "by default"),
@@ -340,7 +358,10 @@ def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckRe
         return run
 
     return _run("qk_norm_attention", qk_norm_attention, [
-        ("B 2, T 6, C 32, 4 heads, 2 KV heads", case(2, 6, 32, 4, 2)),
-        ("B 1, T 9, C 24, 3 heads, 1 KV head (MQA)", case(1, 9, 24, 3, 1)),
-        ("B 2, T 5, C 16, 2 heads, 2 KV heads (MHA)", case(2, 5, 16, 2, 2)),
+        ("per head (Qwen3): B 2, T 6, C 32, 4 heads, 2 KV heads", case(2, 6, 32, 4, 2, False)),
+        ("per head (Qwen3): B 1, T 9, C 24, 3 heads, 1 KV head", case(1, 9, 24, 3, 1, False)),
+        ("whole projection (OLMo 2): B 2, T 5, C 32, 4 heads, 2 KV heads",
+         case(2, 5, 32, 4, 2, True)),
+        ("whole projection (OLMo 2): B 1, T 7, C 24, 3 heads, 3 KV heads",
+         case(1, 7, 24, 3, 3, True)),
     ])

@@ -1,16 +1,25 @@
 """Checkers for the exercises of chapter 7, the KV cache (``chapters/07_kv_cache.ipynb``): the
 longest context whose cache fits a memory budget, one cached step of a grouped-query attention
-layer on a chunk of new tokens, and a step of greedy speculative decoding that verifies a
-draft in one forward and rolls the cache back."""
+layer on a chunk of new tokens, greedy generation of prompts of different lengths in one batch
+with one cache, and a step of greedy speculative decoding that verifies a draft in one forward
+and rolls the cache back (``_decoding`` holds their decoding machinery)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask
-from transformer_lib.cache import KVCache
+from transformer_lib.checks._decoding import (
+    BATCH_MISTAKES,
+    _checker_model,
+    _greedy,
+    _run_spec,
+    _spec_mistakes,
+    batched_reference,
+    count_forwards,
+)
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -22,7 +31,6 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
-from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
 # The longest context that fits a budget -----------------------------------------------------
@@ -223,84 +231,53 @@ def check_cached_attention_step(cached_attention_step: Callable[..., tuple]) -> 
     ])
 
 
+# Prompts of different lengths in one batch -----------------------------------------------------
+
+
+def check_batched_generation(generate_batch: Callable[..., Tensor]) -> CheckResult:
+    """Check ``generate_batch(model, prompts, max_new_tokens) -> (B, max_new_tokens)``: the
+    greedy tokens after each of the B prompts (1-D LongTensors of different lengths) of a
+    :class:`~transformer_lib.decoder.Decoder`, as decoding each prompt alone gives them, with
+    every prompt in one batch: one prefill and then one forward pass of one token per sequence
+    for each new token, all B sequences in each."""
+    model = _checker_model(seed=11).double()  # float64: no near-tie flips a greedy choice
+
+    def case(lengths: Sequence[int], n: int) -> Callable[[], None]:
+        g = _generator(len(lengths) * 10 + n)
+        prompts = [torch.randint(0, 16, (L,), generator=g) for L in lengths]
+
+        def run() -> None:
+            with torch.no_grad(), count_forwards(model) as chunks:
+                got = _call(generate_batch, [model, list(prompts), n],
+                            ["model", "prompts", "max_new_tokens"])
+            with torch.no_grad():
+                want = torch.cat([_greedy(model, p[None], n) for p in prompts])  # (B, n)
+                wrongs = [(batched_reference(model, prompts, n, **kw), hint)
+                          for kw, hint in BATCH_MISTAKES]
+            _compare(got, want, "the new tokens", letters="(B, max_new_tokens)",
+                     axes=("prompt", "new token"), mistakes=wrongs)
+            B = len(prompts)
+            alone = [b for b, _ in chunks if b != B]
+            if alone:
+                raise _Failure(f"a forward pass carried {alone[0]} sequence(s), not all {B}",
+                               "put every prompt in one batch, padded to one length: each "
+                               "forward pass serves all B sequences")
+            if len(chunks) > n or any(t != 1 for _, t in chunks[1:]):
+                raise _Failure(f"{len(chunks)} forward passes fed chunks of "
+                               f"{[t for _, t in chunks]} tokens for {n} new tokens",
+                               "prefill once into a KV cache (model.new_cache(B, ...)), then "
+                               "feed only the newest token of each sequence")
+        return run
+
+    return _run("generate_batch", generate_batch, [
+        ("two prompts of 3 and 7 tokens, 5 new tokens", case((3, 7), 5)),
+        ("three prompts of 6, 1 and 4 tokens, 6 new tokens", case((6, 1, 4), 6)),
+        ("two prompts of the same length (nothing padded), 4 new tokens", case((5, 5), 4)),
+        ("one prompt of 4 tokens, 3 new tokens", case((4,), 3)),
+    ])
+
+
 # Greedy speculative decoding: verify a draft, roll the cache back ------------------------------
-
-
-def _checker_model(seed: int) -> Decoder:
-    """A small decoder whose greedy choices vary from token to token (16 tokens, weights drawn
-    wide), made without touching the global random state."""
-    config = DecoderConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                           d_ff=48, max_seq_len=64)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = Decoder(config)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.uniform_(0.7, 1.3)
-                else:
-                    p.normal_(0.0, 0.3)
-    return model.eval()
-
-
-def _greedy(model: Decoder, tokens: Tensor, n: int) -> Tensor:
-    """The n greedy tokens that follow ``tokens`` ``(1, T)``: ``(1, n)``."""
-    return model.generate(tokens, n, use_cache=False)[:, tokens.shape[1]:]
-
-
-def _speculative_reference(model: Decoder, cache: KVCache, pending: Tensor, draft: Tensor, *,
-                           rollback: str = "accepted", shift: int = 0, prefix: bool = True,
-                           bonus: bool = True) -> Tensor:
-    """The reference (the defaults) and the mistakes (the other arguments)."""
-    P, k = cache.pos, draft.shape[1]
-    logits = model(torch.cat([pending, draft], dim=1), cache)  # (1, k + 1, V)
-    choice = logits.argmax(dim=-1)  # (1, k + 1): the model's token after each position
-    if shift:
-        choice = torch.cat([choice[:, 1:], choice[:, -1:]], dim=1)
-    agree = (draft[0] == choice[0, :k]).long()
-    n = int(agree.cumprod(0).sum()) if prefix else int(agree.sum())
-    cache.pos = {"accepted": P + 1 + n, "none": P + 1 + k, "pending": P + n}[rollback]
-    new = torch.cat([draft[:, :n], choice[:, n:n + 1]], dim=1)  # (1, n + 1)
-    return new if bonus else draft[:, :n]
-
-
-def _run_spec(step: Callable, model: Decoder, prompt: Tensor, draft: Tensor, copy: bool
-              ) -> tuple[object, KVCache, Tensor, Tensor]:
-    """Prefill ``prompt[:, :-1]`` into a fresh cache, then call ``step`` once."""
-    cache = model.new_cache(1)
-    with torch.no_grad():
-        model(prompt[:, :-1], cache)
-    pending = prompt[:, -1:]
-    if copy:
-        return _call(step, [model, cache, pending, draft],
-                     ["model", "cache", "pending", "draft"]), cache, pending, draft
-    with torch.no_grad():
-        return step(model, cache, pending, draft), cache, pending, draft
-
-
-def _spec_mistakes(model: Decoder, prompt: Tensor, draft: Tensor) -> list[tuple[Tensor, int, str]]:
-    """(new tokens, cache.pos after) of each known mistake, with its hint."""
-    found = []
-    for kwargs, hint in [
-        (dict(shift=1), "the logits of the chunk's position i predict the token after "
-                        "position i: draft token i is checked against the choice made at "
-                        "the chunk's position i (the pending token is position 0)"),
-        (dict(prefix=False), "a draft token after the first disagreement was accepted: once "
-                             "the model disagrees, the later draft tokens were guessed after "
-                             "a wrong token and are all rejected"),
-        (dict(bonus=False), "after the accepted draft tokens comes the model's own token, the "
-                            "choice at the first rejected position (or after the last draft "
-                            "token): the step returns n + 1 tokens"),
-        (dict(rollback="none"), "cache.pos still counts the rejected draft tokens: set it back "
-                                "to P + 1 + n, so that their stale keys and values are "
-                                "neither read nor kept"),
-        (dict(rollback="pending"), "the pending token was dropped from the cache: it was "
-                                   "part of the sequence, so cache.pos is P + 1 + n"),
-    ]:
-        step = lambda m, c, p, d, kw=kwargs: _speculative_reference(m, c, p, d, **kw)  # noqa: E731
-        new, cache, _, _ = _run_spec(step, model, prompt, draft, copy=False)
-        found.append((new, cache.pos, hint))
-    return found
 
 
 def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResult:
@@ -365,8 +342,12 @@ def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResu
                     if draft.shape[1] < 3:
                         break
                     draft[0, (i % 3)] = (draft[0, i % 3] + 5) % 16  # one wrong guess
-                    new = _call(speculative_step, [model, cache, pending, draft],
-                                ["model", "cache", "pending", "draft"])
+                    with count_forwards(model) as chunks:
+                        new = _call(speculative_step, [model, cache, pending, draft],
+                                    ["model", "cache", "pending", "draft"])
+                    if len(chunks) != 1:
+                        raise _Failure(f"step {i + 1} ran the model {len(chunks)} times",
+                                       "verify the whole draft in one forward pass")
                     if not isinstance(new, Tensor) or new.dim() != 2 or new.shape[0] != 1 \
                             or new.shape[1] < 1:
                         raise _Failure(f"step {i + 1} returned {_describe(new)}: return "

@@ -2,19 +2,22 @@
 (``chapters/08_fast_attention.ipynb``): merging the online-softmax statistics of two key
 blocks, causal attention in query and key tiles that skips the tiles above the diagonal, and
 the combination of partial results over splits of the keys (split-KV decoding) through their
-log-sum-exp."""
+log-sum-exp. The tiled checker also records the shape of every tensor the student's function
+creates, so that computing the whole score matrix and counting tiles by formula fails."""
 from __future__ import annotations
 
 from typing import Callable
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
     _compare,
     _compare_number,
+    _Failure,
     _generator,
     _items,
     _run,
@@ -155,6 +158,51 @@ def _causal_reference(q: Tensor, k: Tensor, v: Tensor, *, align: str = "bottom_r
     return torch.nan_to_num(weights, nan=0.0) @ v  # (..., T, Dv)
 
 
+def _tensors(value) -> list[Tensor]:
+    """The tensors in a value: itself, or inside (nested) tuples, lists and dict values."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+class _NewTensors(TorchFunctionMode):
+    """Records the shape of every tensor a torch function or tensor method creates while the
+    block runs; views and in-place results (sharing an argument's storage) are left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs or {}))}
+        self.shapes += [tuple(t.shape) for t in _tensors(result)
+                        if t.untyped_storage().data_ptr() not in given]
+        return result
+
+
+def _too_large(shapes: list[tuple[int, ...]], block_q: int, block_k: int, D: int, Dv: int,
+               ndim: int) -> tuple[int, ...] | None:
+    """The first shape of a query-by-key tensor (scores, weights or a mask) that spans more
+    than ``block_q`` queries or ``block_k`` keys; None if there is none. Query-by-key tensors
+    have the dims of q (``ndim``) or are 2-D; those whose last dim is 1, D or Dv (statistics,
+    q, k, v, outputs) are not query-by-key tensors, nor are per-row statistics reduced over
+    the keys (one dim fewer than q)."""
+    for shape in shapes:
+        if len(shape) in (ndim, 2) and shape[-1] not in (1, D, Dv) \
+                and shape[-2] not in (D, Dv) and (shape[-2] > block_q or shape[-1] > block_k):
+            return shape
+    return None
+
+
+# The ready-made attention a student's function may not call: it is what is checked against.
+_FORBID = ("flash_attention", "scaled_dot_product_attention", "eager_attention",
+           "sdpa_attention", "tiled_attention", "torch.nn.functional.scaled_dot_product_attention")
+
 _TILE_HINTS = {
     "top_left": "the mask is aligned to the top left: the T queries are the last T of the S "
                 "positions, so query i sits at position S - T + i and sees keys 0 … S - T + i",
@@ -168,7 +216,9 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
     """Check ``tiled_causal_attention(q, k, v, block_q, block_k) -> (out, n_tiles)``: causal
     attention (queries the last T of the S positions) computed in tiles of ``block_q`` queries
     by ``block_k`` keys with an online softmax; ``out`` ``(..., T, Dv)``; ``n_tiles``, the
-    number of score tiles computed, counts only tiles with at least one visible pair."""
+    number of score tiles computed, counts only tiles with at least one visible pair. No
+    query-by-key tensor the function creates may span more than one tile, and the library's
+    attention functions and PyTorch's SDPA may not be called."""
     g = _generator()
 
     def case(lead: tuple[int, ...], T: int, S: int, D: int, Dv: int, block_q: int,
@@ -184,8 +234,9 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
         every = -(-T // block_q) * -(-S // block_k)
 
         def run() -> None:
-            got = _call(tiled_causal_attention, [q, k, v, block_q, block_k],
-                        ["q", "k", "v", "block_q", "block_k"])
+            with _NewTensors() as made:
+                got = _call(tiled_causal_attention, [q, k, v, block_q, block_k],
+                            ["q", "k", "v", "block_q", "block_k"], forbid=_FORBID)
             out, n_tiles = _items(got, 2, "the pair (out, n_tiles)")
             atol = 1e-12 if dtype == torch.float64 else 1e-5
             _compare(out, want, "out", letters="(..., T, Dv)", atol=atol, rtol=atol,
@@ -196,6 +247,14 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
                          "computed and masked")
             _compare_number(n_tiles, tiles, "n_tiles", rel_tol=0.0,
                             mistakes=[(every, all_tiles)] if every != tiles else [])
+            shape = _too_large(made.shapes, block_q, block_k, D, Dv, q.dim())
+            if shape is not None:
+                raise _Failure(
+                    f"created a tensor of shape {shape}, larger than one tile of "
+                    f"({block_q}, {block_k}) queries by keys",
+                    "compute each tile of scores from a tile of block_q queries and a tile of "
+                    "block_k keys, and its mask from their positions: no scores, weights or "
+                    "mask for all T queries or all S keys at once")
         return run
 
     return _run("tiled_causal_attention", tiled_causal_attention, [
@@ -206,6 +265,8 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
          case((1, 1), 1, 10, 8, 8, 4, 4)),
         ("T = S = 12 in float64, tiles of 5 by 5", case((), 12, 12, 6, 3, 5, 5, torch.float64)),
         ("blocks larger than the sequence: one tile", case((2, 1), 6, 7, 4, 4, 8, 16)),
+        ("T = 12 after 3 cached keys, tiles of 4 by 3: nothing larger than a tile",
+         case((2, 1), 12, 15, 5, 7, 4, 3)),
     ])
 
 

@@ -30,6 +30,8 @@ from transformer_lib.plotting.curves import (
     scaling_curve,
     score_variance,
 )
+from transformer_lib.plotting.diagrams import gqa_heads, layer_structures
+from transformer_lib.plotting.mla import mla_data_flow
 from transformer_lib.plotting.positions import (
     position_curves,
     positional_heatmap,
@@ -53,6 +55,7 @@ from transformer_lib.plotting.style import (
     phone_text_px,
     use_book_style,
 )
+from transformer_lib.plotting.tiling import flash_tiling
 
 use_book_style()  # every notebook that imports a figure gets the house look and SVG
 
@@ -68,4 +71,8 @@ __all__ = [
     # curves
     "lr_schedule", "loss_curve", "score_variance", "scaling_curve", "compare_runs",
     "grouped_bars", "memory_curves",
+    # tiling
+    "flash_tiling",
+    # diagrams
+    "mla_data_flow", "layer_structures", "gqa_heads",
 ]

@@ -25,7 +25,10 @@ Conventions, for readers who compare with the flash-linear-attention library (fl
 queries are not scaled by ``Dk ** -0.5`` (fla scales them by default); the state is
 ``(Dv, Dk)``, so that it reads ``o = S q`` as in the papers (fla keeps ``(Dk, Dv)``); and the
 delta rules L2-normalise q and k inside the function unless ``normalize=False`` (fla leaves
-that to the caller by default).
+that to the caller by default). DeltaNet's layer puts a SiLU on the projected q and k before
+that normalisation; the SiLU belongs to the layer, and these functions leave it out. β and α
+are taken in (0, 1]; fla's ``allow_neg_eigval`` lets β reach 2 (negative eigenvalues
+1 − β, still non-expansive for unit keys).
 """
 from __future__ import annotations
 
@@ -175,10 +178,12 @@ def delta_rule_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
     """DeltaNet's recurrence: S_t = S_{t−1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ, o_t = S_t q_t.
 
     Equivalently S_t = S_{t−1} − β_t ∇_S ½‖S k_t − v_t‖²: one step of online regression
-    from keys to values. With unit keys and β in (0, 1], the factor I − β k kᵀ has
-    eigenvalues 1 and 1 − β, so it never expands the state. Keys of norm > 1 make the
-    eigenvalue 1 − β‖k‖² fall below −1 and the state blows up, so keys (and queries, as
-    in DeltaNet) are L2-normalised per head and token unless ``normalize=False``.
+    from keys to values. The factor I − β k kᵀ has eigenvalue 1 − β‖k‖² along k and 1 in
+    every direction orthogonal to it, so it is non-expansive exactly when 0 ≤ β‖k‖² ≤ 2.
+    With β‖k‖² > 2 that eigenvalue falls below −1 and the state can grow geometrically;
+    normalising the keys makes the condition hold for every β in (0, 1] (and up to β = 2).
+    Keys (and queries, as in DeltaNet) are therefore L2-normalised per head and token
+    unless ``normalize=False``.
 
     Args:
         q: queries ``(B, H, T, Dk)``.
@@ -237,12 +242,16 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Ten
     """The gated delta rule, chunkwise-parallel, in the compute dtype (log α = 0: ungated).
 
     Within a chunk that starts from state S₀, let γ_t = α_1⋯α_t (from the chunk's start) and
-    Γ_ts = γ_t / γ_s for s ≤ t. The product of the factors (I − β_s k_s k_sᵀ) has the WY form
-    I − Σ_s w_s k_sᵀ, and unrolling gives
+    Γ_ts = γ_t / γ_s for s ≤ t (0 above the diagonal). Unrolling the recurrence gives
         S_t = γ_t S₀ + Σ_{s≤t} Γ_ts (u_s − S₀ w_s) k_sᵀ,
-    where the rows of W = (γ_s w_s) and U = (γ_s u_s) solve one unit lower-triangular system
-    (the UT transform), (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1)) [W U] = diag(β) [diag(γ) K  V].
-    So a chunk is linear attention with decay Γ on the corrected values u_s − S₀ w_s.
+    where the vectors w_t (Dk) and u_t (Dv), the rows of W and U, obey
+        w_t = β_t (γ_t k_t − Σ_{s<t} Γ_ts (k_s·k_t) w_s),
+        u_t = β_t (v_t − Σ_{s<t} Γ_ts (k_s·k_t) u_s),
+    i.e. one unit lower-triangular system for both (the UT transform):
+        (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1)) [W  U] = diag(β) [diag(γ) K  V].
+    (Ungated, γ = Γ = 1 and I − Σ_s w_s k_sᵀ is the WY form of the product of the factors
+    I − β_s k_s k_sᵀ.) So a chunk is linear attention with decay Γ on the corrected values
+    u_s − S₀ w_s, plus the decayed state's own reading γ_t S₀ q_t.
     """
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
@@ -305,7 +314,7 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, chunk_s
     leave the state unchanged (k = v = 0, β = 0), and their outputs are dropped.
 
     Keys and queries are L2-normalised per head and token unless ``normalize=False``
-    (unnormalised keys make the recurrence diverge; see :func:`delta_rule_recurrent`).
+    (keys with β‖k‖² > 2 can make the recurrence diverge; see :func:`delta_rule_recurrent`).
 
     Args:
         q: queries ``(B, H, T, Dk)``.

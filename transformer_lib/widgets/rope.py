@@ -34,7 +34,7 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-KEY_OFFSET = 2  # rope_explorer draws k at position n = m + KEY_OFFSET
+KEY_OFFSET = 2  # rope_explorer draws k at n = m - KEY_OFFSET: before q, as in a causal model
 ROPE_FRAME = (FRAME_WIDTH / 2 - 0.05, 3.8)  # inches: the two pictures side by side
 Q_COLOUR, K_COLOUR = BLUE, VERMILLION  # the query and the key, in both pictures
 
@@ -78,7 +78,8 @@ def _rope_score_table(q: Tensor, k: Tensor, theta: float, n_positions: int,
 
 def _rope_pair_frames(q: Tensor, k: Tensor, i: int, theta: float, n_positions: int,
                       pairing: str) -> list[bytes]:
-    """Frames m = 0 … P-1 of channel pair i: q rotated to position m, k to n = m + KEY_OFFSET."""
+    """Frames j = 0 … P-1 of channel pair i: q rotated to position m = j + KEY_OFFSET, k to
+    n = j = m - KEY_OFFSET."""
     D = q.shape[-1]
     a, b = pair_channels(i, D, pairing)
     n_pos = n_positions + KEY_OFFSET
@@ -99,8 +100,8 @@ def _rope_pair_frames(q: Tensor, k: Tensor, i: int, theta: float, n_positions: i
                                            color=colour, linewidth=2, animated=True))
               for colour in (Q_COLOUR, K_COLOUR)]
 
-    def draw(m: int) -> list[Artist]:
-        n = m + KEY_OFFSET
+    def draw(j: int) -> list[Artist]:
+        m, n = j + KEY_OFFSET, j
         arrows[0].set_positions((0, 0), tuple(q2[m]))
         arrows[1].set_positions((0, 0), tuple(k2[n]))
         ax.set_title(f"pair {i}: {theta_i:.3g} rad per position\n"
@@ -112,19 +113,22 @@ def _rope_pair_frames(q: Tensor, k: Tensor, i: int, theta: float, n_positions: i
 
 def _rope_score_frames(q: Tensor, k: Tensor, theta: float, n_positions: int,
                        pairing: str) -> list[bytes]:
-    """Frames m = 0 … P-1: the score q_mᵀ k_n against n − m, every other m faint behind it."""
-    table = _rope_score_table(q, k, theta, n_positions, pairing).numpy()  # (P, P)
-    positions = np.arange(n_positions)
+    """Frames j = 0 … P-1: the score q_mᵀ k_n of the query at m = j + KEY_OFFSET against
+    n − m, the curves of every other m faint behind it."""
+    n_pos = n_positions + KEY_OFFSET
+    table = _rope_score_table(q, k, theta, n_pos, pairing).numpy()  # (P + offset, P + offset)
+    positions = np.arange(n_pos)
     fig = Figure(figsize=ROPE_FRAME, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
-    for m in positions:
+    for m in positions[KEY_OFFSET:]:
         ax.plot(positions - m, table[m], color="grey", alpha=0.35, linewidth=1)
-    ax.axvline(KEY_OFFSET, color=K_COLOUR, linestyle=":", linewidth=1)
+    ax.axvline(-KEY_OFFSET, color=K_COLOUR, linestyle=":", linewidth=1)
     _labels(ax, "offset n − m", r"score $q_m^\top k_n$")
     (curve,) = ax.plot([], [], color=Q_COLOUR, marker="o", markersize=3, linewidth=2,
                        animated=True)
 
-    def draw(m: int) -> list[Artist]:
+    def draw(j: int) -> list[Artist]:
+        m = j + KEY_OFFSET
         curve.set_data(positions - m, table[m])
         ax.set_title(f"all {q.shape[-1]} channels, {pairing}, m = {m}\n"
                      f"grey: every other m", fontsize=FONT)
@@ -138,11 +142,12 @@ def _rope_caption(head_dim: int) -> widgets.HTML:
     return widgets.HTML(
         f"<b>RoPE turns each channel pair by an angle proportional to the position.</b> Left: "
         f"channel pair i of a fixed random query q at position m (blue) and key k at position "
-        f"n = m + {KEY_OFFSET} (red). Move m: both turn by the same angle, so their dot product "
-        f"in this pair never changes. \"half\" pairs channel i with i + {head_dim // 2}, "
-        f"\"interleaved\" 2i with 2i+1. Right: the full score q<sub>m</sub>ᵀk<sub>n</sub> over "
-        f"all {head_dim} channels against the offset n − m; the curves of every other m "
-        f"(grey) lie on it: the score depends on n − m only. Dotted red: n − m = {KEY_OFFSET}.")
+        f"n = m − {KEY_OFFSET} (red), earlier, as keys are in a causal model. Move m: both "
+        f"turn by the same angle, so their dot product in this pair never changes. \"half\" "
+        f"pairs channel i with i + {head_dim // 2}, \"interleaved\" 2i with 2i+1. Right: the "
+        f"full score q<sub>m</sub>ᵀk<sub>n</sub> over all {head_dim} channels against the "
+        f"offset n − m; the curves of every other m (grey) lie on it: the score depends on "
+        f"n − m only. Dotted red: n − m = −{KEY_OFFSET}.")
 
 
 def rope_explorer(*, head_dim: int = 16, theta: float = 10000.0, n_positions: int = 16,
@@ -152,13 +157,15 @@ def rope_explorer(*, head_dim: int = 16, theta: float = 10000.0, n_positions: in
     Args:
         head_dim: channels of the fixed random q and k, even.
         theta: RoPE base; pair i turns by θ_i = theta^(-2i/head_dim) radians per position.
-        n_positions: positions m = 0 … n_positions-1 to choose from.
+        n_positions: how many query positions to choose from, m = KEY_OFFSET …
+            KEY_OFFSET + n_positions - 1 (the key sits KEY_OFFSET positions earlier).
         seed: seeds q and k.
 
     Returns:
-        A :class:`RopeExplorer` (a VBox, shown as the widget) with controls ``m`` (position),
+        A :class:`RopeExplorer` (a VBox, shown as the widget) with controls ``m`` (the query's
+        position, a SelectionSlider whose ``index`` picks the frame),
         ``i`` (pair) and ``pairing`` (index into ``PAIRINGS``) and two pictures:
-        ``pictures["pair"]``, pair i of q at m and k at m + KEY_OFFSET (``2 × P × D/2``
+        ``pictures["pair"]``, pair i of q at m and k at m - KEY_OFFSET (``2 × P × D/2``
         frames), and ``pictures["score"]``, the full score against n − m (``2 × P`` frames).
     """
     if head_dim < 2 or head_dim % 2 != 0:
@@ -177,8 +184,9 @@ def rope_explorer(*, head_dim: int = 16, theta: float = 10000.0, n_positions: in
 
     style = {"description_width": "80px"}
     controls = {
-        "m": widgets.IntSlider(0, min=0, max=n_positions - 1, description="position m",
-                               style=style),
+        "m": widgets.SelectionSlider(
+            options=[(str(m), m) for m in range(KEY_OFFSET, KEY_OFFSET + n_positions)],
+            description="position m", style=style),
         "i": widgets.IntSlider(0, min=0, max=head_dim // 2 - 1, description="pair i",
                                style=style),
         # A Dropdown rather than ToggleButtons: a <select> moves with the arrow keys.
@@ -186,10 +194,10 @@ def rope_explorer(*, head_dim: int = 16, theta: float = 10000.0, n_positions: in
                                     description="pairing", style=style),
     }
     pair, pair_links = _linked_pictures(pair_frames, [(controls["pairing"], "index"),
-                                                      (controls["m"], "value"),
+                                                      (controls["m"], "index"),
                                                       (controls["i"], "value")])
     score, score_links = _linked_pictures(score_frames, [(controls["pairing"], "index"),
-                                                         (controls["m"], "value")])
+                                                         (controls["m"], "index")])
     for picture in (pair, score):  # side by side; one above the other on a phone
         picture.layout = widgets.Layout(flex="1 1 300px", min_width="0")
     row = widgets.Box([pair, score], layout=widgets.Layout(

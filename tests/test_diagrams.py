@@ -1,0 +1,72 @@
+"""The drawn diagrams of ``transformer_lib/plotting/diagrams.py``: what each box and line
+stands for, read back from the patches' gids and texts."""
+import matplotlib
+
+matplotlib.use("Agg")  # no windows; must come before pyplot is imported
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from transformer_lib.attention import repeat_kv
+from transformer_lib.plotting import FIGURE_WIDTH, gqa_heads, layer_structures, phone_text_px
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def _gids(ax) -> list[str]:
+    return [p.get_gid() for p in ax.patches if p.get_gid()]
+
+
+def _min_text_px(fig, ax) -> float:
+    return min(phone_text_px(t.get_fontsize(), fig.get_figwidth()) for t in ax.texts)
+
+
+def test_layer_structures_draw_the_three_layers_and_their_residual_paths():
+    fig, ax = layer_structures()
+    gids = _gids(ax)
+    titles = {t.get_text() for t in ax.texts}
+    assert {"2017 encoder layer", "2017 decoder layer", "decoder-only block"} <= titles
+    encoder = [g for g in gids if g.startswith("2017 encoder layer: ")]
+    decoder = [g for g in gids if g.startswith("2017 decoder layer: ")]
+    modern = [g for g in gids if g.startswith("decoder-only block: ")]
+    # post-norm: each sublayer followed by add & LayerNorm; only the 2017 decoder cross-attends
+    assert sum("add & LayerNorm" in g for g in encoder) == 2
+    assert sum("add & LayerNorm" in g for g in decoder) == 3
+    assert any("cross-attention" in g for g in decoder)
+    assert not any("cross" in g for g in encoder + modern)
+    # pre-norm: an RMSNorm before each sublayer, residual sums after, no LayerNorm
+    assert sum(g.endswith(": RMSNorm") for g in modern) == 2
+    assert sum(g.endswith(": +") for g in modern) == 2
+    assert not any("LayerNorm" in g for g in modern)
+    # the residual paths skip the sublayer: into the add & norm (post), the sum (pre)
+    assert {g for g in encoder if "residual" in g} == {
+        "2017 encoder layer: residual 0->1", "2017 encoder layer: residual 2->3"}
+    assert {g for g in modern if "residual" in g} == {
+        "decoder-only block: residual 0->2", "decoder-only block: residual 3->5"}
+    assert "encoder output" in gids
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9  # readable on a phone
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads", [(8, 2), (4, 4), (6, 1), (16, 8)])
+def test_gqa_heads_connects_each_query_head_to_the_head_repeat_kv_gives_it(n_heads, n_kv_heads):
+    fig, ax = gqa_heads(n_heads, n_kv_heads)
+    lines = {g for g in _gids(ax) if "->" in g}
+    kv_index = torch.arange(n_kv_heads, dtype=torch.float32).view(1, n_kv_heads, 1, 1)
+    served = repeat_kv(kv_index, n_heads // n_kv_heads).flatten().long().tolist()  # (H,)
+    assert lines == {f"q{h}->kv{j}" for h, j in enumerate(served)}
+    assert {g for g in _gids(ax) if g.startswith("kv") and "->" not in g} == {
+        f"kv{j}" for j in range(n_kv_heads)}
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads", [(8, 3), (0, 1), (32, 8), (4, 0)])
+def test_gqa_heads_rejects_sizes_it_cannot_draw(n_heads, n_kv_heads):
+    with pytest.raises(ValueError, match=rf"n_heads \({n_heads}\).*n_kv_heads \({n_kv_heads}\)"):
+        gqa_heads(n_heads, n_kv_heads)
