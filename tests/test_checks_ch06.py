@@ -1,6 +1,7 @@
 """Chapter 6's checkers (``transformer_lib/checks/ch06_modern_decoder.py``) name the usual
 mistakes in words a student can act on; the reference of the QK-norm exercise is Hugging
-Face's Qwen3 attention. The contract every checker keeps is in ``test_checks_contract.py``."""
+Face's Qwen3 attention (norms of D weights) and OLMo 2 attention (norms of H·D weights). The
+contract every checker keeps is in ``test_checks_contract.py``."""
 from __future__ import annotations
 
 import math

@@ -11,7 +11,9 @@ from transformer_lib.tasks import evaluate_reversal, reversal_config, train_reve
 
 
 def test_the_sweep_is_importable_from_tasks_as_before():
-    for name in ("stability_ablation", "load_stability_ablation", "NORMS", "ABLATION_FILE"):
+    assert {"stability_ablation", "load_stability_ablation", "ablation_table"} <= set(
+        tasks._FROM_STABILITY)
+    for name in tasks._FROM_STABILITY:
         assert getattr(tasks, name) is getattr(stability, name)
     from transformer_lib.tasks import load_stability_ablation
 

@@ -16,8 +16,8 @@ module the notebook imported or replaced, and loads the package again from ``DIR
 ``FILE`` then holds ``{"tampered": "<why>"}``.
 
 With ``--user`` (this program then runs as root, as on Gradescope) the kernel runs as that
-unprivileged account: its connection file is written into the working directory, which
-``tools/grade.py`` has made the account's own, and the kernel's home is that directory too.
+unprivileged account: its connection file is written into the working directory, which is
+then handed over to the account (owner, mode 700) and is the kernel's home too.
 The grader's files and the final results stay out of the notebook's reach; the results file
 of the grading cell is the kernel's, in its working directory.
 
@@ -114,8 +114,9 @@ def _as_user(user: str) -> tuple[type, dict]:
     """The kernel manager class and the launch options that start the kernel as ``user``.
 
     Returns:
-        A kernel manager whose connection file (the kernel's ports and key) lies in the
-        working directory and belongs to ``user``, who must read it; and ``Popen``'s options
+        A kernel manager whose connection file (the kernel's ports and key) is written into
+        the working directory, which it then hands over to ``user`` with the file (written
+        first, while no process of ``user`` can reach the folder); and ``Popen``'s options
         for the kernel: the account's ids without root's groups, and its own environment."""
     import os
     import pwd
@@ -129,7 +130,9 @@ def _as_user(user: str) -> tuple[type, dict]:
         def write_connection_file(self, **kwargs) -> None:
             self.connection_file = os.path.join(home, "kernel-connection.json")
             super().write_connection_file(**kwargs)
-            os.chown(self.connection_file, account.pw_uid, account.pw_gid)
+            for path in (self.connection_file, home):
+                os.chown(path, account.pw_uid, account.pw_gid)
+            os.chmod(home, 0o700)
 
     env = {key: value for key, value in os.environ.items() if not key.startswith("XDG_")}
     env.update(HOME=home, USER=user, LOGNAME=user)  # root's folders are not the kernel's

@@ -24,6 +24,7 @@ This file runs on the container's ``python3`` (Ubuntu 22.04: Python 3.10).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -177,11 +178,19 @@ def grade_submission(root: Path, user_name: str = DEFAULT_USER) -> dict:
     return graded
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path,
+                        default=Path(os.environ.get(ROOT_VARIABLE) or "/autograder"),
+                        help=f"the autograder's root (default: ${ROOT_VARIABLE}, else "
+                             "/autograder)")
+    parser.add_argument("--user", default=os.environ.get(USER_VARIABLE) or DEFAULT_USER,
+                        help=f"the account the kernel runs as, as root (default: "
+                             f"${USER_VARIABLE}, else {DEFAULT_USER})")
+    args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    root = Path(os.environ.get(ROOT_VARIABLE) or "/autograder")
-    graded = grade_submission(root, os.environ.get(USER_VARIABLE) or DEFAULT_USER)
-    print(f"score {graded['score']:g}; results in {root / 'results' / 'results.json'}")
+    graded = grade_submission(args.root, args.user)
+    print(f"score {graded['score']:g}; results in {args.root / 'results' / 'results.json'}")
     return 0
 
 

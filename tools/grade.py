@@ -178,27 +178,23 @@ def installed_library() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def _hand_over(workdir: Path, user: str) -> None:
-    """Make ``workdir`` the kernel's own: owned by ``user``, closed to everyone else."""
-    import pwd
-
-    account = pwd.getpwnam(user)
-    os.chown(workdir, account.pw_uid, account.pw_gid)
-    os.chmod(workdir, 0o700)
-
-
 def _run_one(path: Path, chapter: Chapter, timeout: float, workdir: Path,
              untrusted: list[Path], user: str | None = None) -> Run:
     """Execute ``path`` and grade it with ``tools/_grade_runner.py`` in a separate process
     whose working directory is ``workdir``; the kernel runs as ``user`` when given (the
-    grader then runs as root)."""
+    grader then runs as root), in a folder of its own below ``workdir`` that the runner hands
+    over to ``user`` once the kernel's connection file is written (a second attempt gets
+    another, so nothing left from the first can reach it)."""
+    if user is not None:
+        workdir.chmod(0o711)  # the kernel may pass through, not look in
+        workdir = workdir / f"kernel-{secrets.token_hex(4)}"
+        workdir.mkdir(mode=0o700)
     out_path = workdir / f"results-{secrets.token_hex(8)}.json"
     command = [sys.executable, str(RUNNER), str(Path(path).resolve()), "--results", str(out_path),
                "--library", str(installed_library()), "--timeout", str(int(timeout)),
                *[f"--exercise={fn}:{check}" for fn, check in chapter.exercises],
                *[f"--untrusted={folder}" for folder in untrusted]]
     if user is not None:
-        _hand_over(workdir, user)
         command.append(f"--user={user}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL,

@@ -217,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         for chapter in chosen:
             path = build(chapter, args.out, known, points=points, timeout=args.timeout,
                          hide_tests=args.hide_tests_until_due)
-            print(path)
+            with zipfile.ZipFile(path) as archive:
+                spec = json.loads(archive.read("grader/assignment.json"))
+            total = sum(e["points"] for e in spec["exercises"])
+            print(f"{path}: {len(spec['exercises'])} exercises, {total:g} points")
     except ValueError as exc:
         print(f"gradescope: {exc}", file=sys.stderr)
         return 2

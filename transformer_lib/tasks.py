@@ -279,7 +279,9 @@ def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int 
 
 # Importable from here as well, as the chapters and earlier handouts do; read lazily, because
 # transformer_lib.stability builds on this module.
-_FROM_STABILITY = ("NORMS", "ABLATION_FILE", "stability_ablation", "load_stability_ablation")
+_FROM_STABILITY = ("NORMS", "ABLATION_FILE", "LOWER_RATE_FILE", "SOLVED_AT", "stability_ablation",
+                   "load_stability_ablation", "run_label", "summarise_ablation", "ablation_table",
+                   "live_table")
 
 
 def __getattr__(name: str):

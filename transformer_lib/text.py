@@ -1,5 +1,6 @@
 """Real text for the modern decoder: the bundled Shakespeare, a character tokenizer, batches
-for next-token training, a small training loop, and the checkpoint trained on it.
+for next-token training, a small training loop (with SwiGLU or a ReLU FFN, RMSNorm or
+LayerNorm, for chapter 6's comparison), and the checkpoint trained on it.
 
 The text and the saved results ship inside the library (``transformer_lib/data/``, read with
 :mod:`importlib.resources`), so a notebook finds them wherever the library is installed,
