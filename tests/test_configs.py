@@ -31,6 +31,7 @@ FIELDS = {
         "n_kv_heads": SIZE, "d_ff": SIZE, "max_seq_len": SIZE, "rope_theta": THETA,
         "norm_eps": EPS, "tie_embeddings": BOOL, "rope_pairing": PAIRING,
         "attn_implementation": ([None, 0], ["flash-attn", "Eager"]),
+        "positions": ([None, 1], ["alibi", "RoPE"]),
     },
     EncoderDecoderConfig: {
         "src_vocab_size": SIZE, "tgt_vocab_size": SIZE, "d_model": SIZE, "n_heads": SIZE,
