@@ -384,9 +384,25 @@ def test_citation_links_reach_their_entry(html):
 
 
 @pytest.mark.book
-def test_widget_page_loads_the_local_widget_manager(html):
-    page = _parse(html / "appendix" / "interactive_figures.html")
+def test_interactive_figures_page_links_to_every_chapters_explorer(html):
+    """The appendix embeds no widget (each explorer lives in its chapter): it links to the
+    section of every chapter 1-9 that holds one, and every link lands on an existing id."""
     text = (html / "appendix" / "interactive_figures.html").read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-state+json" not in text
+    links = re.findall(r'href="\.\./chapters/(0\d_\w+)\.html#([\w-]+)"', text)
+    assert sorted({page[:2] for page, _ in links}) == [f"0{n}" for n in range(1, 10)], links
+    for page, anchor in links:
+        target = (html / "chapters" / f"{page}.html").read_text(encoding="utf-8")
+        assert f'id="{anchor}"' in target, f"{page}.html has no section #{anchor}"
+        start = target.index(f'id="{anchor}"')
+        assert "jupyter-widgets" in target[start:] or "widget-view" in target[start:] or \
+            "application/vnd.jupyter.widget-view+json" in target[start:], (page, anchor)
+
+
+@pytest.mark.book
+def test_widget_page_loads_the_local_widget_manager(html):
+    page = _parse(html / "chapters" / "02_qkv_roles.html")
+    text = (html / "chapters" / "02_qkv_roles.html").read_text(encoding="utf-8")
     assert "application/vnd.jupyter.widget-state+json" in text
     order = [next(i for i, s in enumerate(page.scripts) if name in s)
              for name in ("widgets/require.js", "widgets/widgets-shim.js",

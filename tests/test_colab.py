@@ -56,6 +56,8 @@ def _pictures(box):
         w = todo.pop()
         if isinstance(w, _widgets.Image):
             found.append(bytes(w.value))
+        elif isinstance(w, _widgets.HTML) and "explorer-frame" in w._dom_classes:
+            found.append(w.value)  # a text frame (transformer_lib.widgets.frames.FRAME_CLASS)
         todo.extend(getattr(w, "children", ()))
     return found
 

@@ -4,7 +4,10 @@ Every combination of an explorer's controls is rendered once to a small PNG; in 
 controls choose among them in the browser (nested ``Stack`` s driven by ``jslink``), and with
 ipywidgets 7 (Colab) a kernel callback does. :mod:`.frames` holds that machinery and
 :class:`Explorer`, the widget every explorer returns (a VBox with its ``controls``,
-``pictures`` and ``links`` named); :mod:`.attention` and :mod:`.rope` hold one explorer each.
+``pictures`` and ``links`` named; a frame is a PNG, or a short HTML text where the picture
+is text). Each other module holds one chapter's explorer: :mod:`.softmax` (chapter 1),
+:mod:`.attention` (2), :mod:`.heads` (3), :mod:`.norms` (4), :mod:`.rope` (5),
+:mod:`.sampling` (6), :mod:`.kv_memory` (7), :mod:`.online_softmax` (8), :mod:`.recall` (9).
 
 Every control can be reached with Tab and moved with the arrow keys (sliders, and a
 ``Dropdown`` where there is a choice of names). The controls sit in rows that wrap, so on a
@@ -34,6 +37,41 @@ from transformer_lib.widgets.frames import (
     Explorer,
 )
 from transformer_lib.widgets.frames import _png_width as _png_width
+from transformer_lib.widgets.heads import (
+    TWO_READS_HEADS_FILE,
+    HeadsExplorer,
+    heads_explorer,
+    load_two_reads_heads,
+)
+from transformer_lib.widgets.heads import _heads_frames as _heads_frames
+from transformer_lib.widgets.kv_memory import (
+    KV_CONTEXTS,
+    KV_DTYPES,
+    KV_HEAD_CHOICES,
+    KV_PRESETS,
+    KvMemoryExplorer,
+    kv_memory_explorer,
+)
+from transformer_lib.widgets.kv_memory import _cache_bytes as _cache_bytes
+from transformer_lib.widgets.kv_memory import _kv_memory_frame as _kv_memory_frame
+from transformer_lib.widgets.kv_memory import _weight_bytes as _weight_bytes
+from transformer_lib.widgets.norms import (
+    GRADIENT_PROFILE_FILE,
+    GradientExplorer,
+    gradient_explorer,
+    load_gradient_profile,
+)
+from transformer_lib.widgets.norms import _gradient_frames as _gradient_frames
+from transformer_lib.widgets.online_softmax import (
+    OnlineSoftmaxExplorer,
+    OnlineSteps,
+    online_softmax_explorer,
+)
+from transformer_lib.widgets.online_softmax import _online_softmax_frames as _online_softmax_frames
+from transformer_lib.widgets.online_softmax import _online_softmax_steps as _online_softmax_steps
+from transformer_lib.widgets.recall import RECALL_FONT, RecallExplorer, recall_explorer
+from transformer_lib.widgets.recall import _recall_by_age as _recall_by_age
+from transformer_lib.widgets.recall import _recall_frames as _recall_frames
 from transformer_lib.widgets.rope import (
     KEY_OFFSET,
     ROPE_FRAME,
@@ -43,10 +81,34 @@ from transformer_lib.widgets.rope import (
 from transformer_lib.widgets.rope import _rope_pair_frames as _rope_pair_frames
 from transformer_lib.widgets.rope import _rope_score_frames as _rope_score_frames
 from transformer_lib.widgets.rope import _rope_score_table as _rope_score_table
+from transformer_lib.widgets.sampling import (
+    SAMPLING_FONT,
+    SamplingExplorer,
+    sampling_explorer,
+)
+from transformer_lib.widgets.sampling import _sampling_bars as _sampling_bars
+from transformer_lib.widgets.sampling import _sampling_frames as _sampling_frames
+from transformer_lib.widgets.softmax import (
+    SCALINGS,
+    SOFTMAX_DIMS,
+    SOFTMAX_FONT,
+    SoftmaxExplorer,
+    softmax_explorer,
+)
+from transformer_lib.widgets.softmax import _softmax_frames as _softmax_frames
+from transformer_lib.widgets.softmax import _softmax_table as _softmax_table
 
 __all__ = [
     "attention_explorer", "rope_explorer", "Explorer", "AttentionExplorer", "RopeExplorer",
     "HAS_STACK", "DPI", "FONT", "ATTENTION_FONT", "FRAME_WIDTH", "COLOURS", "MAX_FRAMES",
     "CONTROL_WIDTH", "CONTROL_MAX_WIDTH", "KEY_OFFSET", "ROPE_FRAME",
     "decode_with_cross_attention",
+    "heads_explorer", "HeadsExplorer", "load_two_reads_heads", "TWO_READS_HEADS_FILE",
+    "kv_memory_explorer", "KvMemoryExplorer", "KV_PRESETS", "KV_CONTEXTS", "KV_HEAD_CHOICES",
+    "KV_DTYPES",
+    "online_softmax_explorer", "OnlineSoftmaxExplorer", "OnlineSteps",
+    "sampling_explorer", "SamplingExplorer", "SAMPLING_FONT",
+    "gradient_explorer", "GradientExplorer", "load_gradient_profile", "GRADIENT_PROFILE_FILE",
+    "softmax_explorer", "SoftmaxExplorer", "SOFTMAX_DIMS", "SCALINGS", "SOFTMAX_FONT",
+    "recall_explorer", "RecallExplorer", "RECALL_FONT",
 ]

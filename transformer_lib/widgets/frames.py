@@ -20,6 +20,11 @@ host.
 
 Frames are drawn at most ``FRAME_WIDTH`` inches wide at ``DPI``, the book's content column,
 with the fonts and colours of :mod:`transformer_lib.plotting.style`.
+
+A frame may also be text: a ``str`` of HTML (numbers, a table, bars made of ``div`` s), for
+explorers whose hundreds of combinations are numbers rather than pictures. Its leaves are
+``widgets.HTML`` (class ``FRAME_CLASS``, so that a page can tell them from captions), in the
+same Stacks, or one HTML updated by the kernel where there is no ``Stack``.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ COLOURS = 128  # palette size of the stored PNGs
 MAX_FRAMES = 600  # about 6 MB of PNG at ~10 KB a frame
 CONTROL_WIDTH = "280px"  # preferred width of a control: two to a row of the column, one on a phone
 CONTROL_MAX_WIDTH = "420px"  # a control alone in its row stops growing here
+FRAME_CLASS = "explorer-frame"  # the CSS class of every HTML frame (text frames)
 
 
 class Explorer(widgets.VBox):
@@ -52,8 +58,8 @@ class Explorer(widgets.VBox):
 
     Attributes:
         controls: name -> control (a slider or a dropdown), in the order shown.
-        pictures: name -> picture: nested Stacks of frames, or one Image updated by the
-            kernel where ipywidgets has no ``Stack``.
+        pictures: name -> picture: nested Stacks of frames, or one Image (HTML for text
+            frames) updated by the kernel where ipywidgets has no ``Stack``.
         links: the ``jslink`` Links that drive the Stacks from the controls (none without
             ``Stack``).
     """
@@ -107,50 +113,71 @@ def _picture_layout(width: int) -> widgets.Layout:
     return widgets.Layout(width="100%", max_width=f"{width}px", height="auto")
 
 
+def _first(frames: list) -> bytes | str:
+    """The first frame of nested lists of frames."""
+    while isinstance(frames, list):
+        frames = frames[0]
+    return frames
+
+
+def _leaf_maker(first: bytes | str) -> Callable[[bytes | str], widgets.Widget]:
+    """A function that makes the leaf showing one frame: an ``Image`` for PNG bytes, an
+    ``HTML`` of class ``FRAME_CLASS`` for a string. All leaves it makes share one Layout (and
+    the HTML leaves one style): one model each in the page's widget state, not one a frame."""
+    if isinstance(first, str):
+        shared = {"layout": widgets.Layout(width="100%")}
+
+        def html(frame: str) -> widgets.HTML:
+            leaf = widgets.HTML(value=frame, **shared)
+            shared["style"] = leaf.style  # every later leaf shares the first one's style
+            leaf.add_class(FRAME_CLASS)
+            return leaf
+        return html
+    layout = _picture_layout(_png_width(first))
+    return lambda frame: widgets.Image(value=frame, format="png", layout=layout)
+
+
 def _linked_stack(frames: list, controls: Sequence[tuple[widgets.Widget, str]],
-                  layouts: tuple[widgets.Layout, widgets.Layout] | None = None
+                  parts: tuple[Callable, widgets.Layout] | None = None
                   ) -> tuple[widgets.Stack, list]:
-    """Nest Stacks over PNG frames and jslink each control to every Stack of its level.
+    """Nest Stacks over frames (PNG bytes or HTML strings) and jslink each control to every
+    Stack of its level.
 
     ``frames`` nests ``len(controls)`` lists deep; ``frames[i0][i1]...`` is shown when the
     integer trait of ``controls[0] = (widget, trait)`` is i0, that of ``controls[1]`` is i1, ...
-    All frames share one Layout (:func:`_picture_layout` of the first frame's width) and all
-    Stacks another (the full width): two models in the page's widget state, not one each.
-    Returns ``(outer stack, links)``, one ``jslink`` Link per Stack.
+    All frames share one Layout (for pictures :func:`_picture_layout` of the first frame's
+    width) and all Stacks another (the full width): two models in the page's widget state,
+    not one each. Returns ``(outer stack, links)``, one ``jslink`` Link per Stack.
     """
-    if layouts is None:
-        first = frames
-        while isinstance(first, list):
-            first = first[0]
-        layouts = (_picture_layout(_png_width(first)), widgets.Layout(width="100%"))
+    if parts is None:
+        parts = (_leaf_maker(_first(frames)), widgets.Layout(width="100%"))
     (widget, trait), inner = controls[0], controls[1:]
     children, links = [], []
     for child in frames:
         if inner:
-            stack, child_links = _linked_stack(child, inner, layouts)
+            stack, child_links = _linked_stack(child, inner, parts)
             children.append(stack)
             links += child_links
         else:
-            children.append(widgets.Image(value=child, format="png", layout=layouts[0]))
-    stack = widgets.Stack(children, selected_index=getattr(widget, trait), layout=layouts[1])
+            children.append(parts[0](child))
+    stack = widgets.Stack(children, selected_index=getattr(widget, trait), layout=parts[1])
     links.append(widgets.jslink((widget, trait), (stack, "selected_index")))
     return stack, links
 
 
 def _kernel_picture(frames: list, controls: Sequence[tuple[widgets.Widget, str]]
-                    ) -> tuple[widgets.Image, list]:
-    """Without ``Stack``: one Image showing ``frames[i0][i1]...`` for the controls' current
-    integer traits, updated by a kernel callback whenever one of them moves. Returns
-    ``(image, [])``: no browser-side links."""
+                    ) -> tuple[widgets.Widget, list]:
+    """Without ``Stack``: one Image (or HTML, for text frames) showing ``frames[i0][i1]...``
+    for the controls' current integer traits, updated by a kernel callback whenever one of
+    them moves. Returns ``(picture, [])``: no browser-side links."""
 
-    def current() -> bytes:
+    def current() -> bytes | str:
         frame = frames
         for widget, trait in controls:
             frame = frame[getattr(widget, trait)]
         return frame
 
-    image = widgets.Image(value=current(), format="png",
-                          layout=_picture_layout(_png_width(current())))
+    image = _leaf_maker(current())(current())
 
     def update(_change=None) -> None:
         image.value = current()
@@ -163,7 +190,7 @@ def _kernel_picture(frames: list, controls: Sequence[tuple[widgets.Widget, str]]
 def _linked_pictures(frames: list, controls: Sequence[tuple[widgets.Widget, str]]
                      ) -> tuple[widgets.Widget, list]:
     """The pictures of an explorer: nested Stacks linked in the browser where ipywidgets has
-    ``Stack`` (they work without a kernel), else one Image updated by the kernel."""
+    ``Stack`` (they work without a kernel), else one Image (or HTML) updated by the kernel."""
     if HAS_STACK:
         return _linked_stack(frames, controls)
     return _kernel_picture(frames, controls)
