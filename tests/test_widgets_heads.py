@@ -145,13 +145,15 @@ def test_one_frame_per_head_count_and_example(explorer):
 def test_every_stack_is_jslinked_to_its_control(explorer):
     c = explorer.controls
     controls = [(c["heads"], "index"), (c["example"], "value")]
-    by_depth = _stacks_by_depth(explorer.pictures["heads"])
-    assert len(by_depth) == 2 and len(by_depth[1]) == len(HEADS)
-    assert len(explorer.links) == 1 + len(HEADS)
-    for depth, stacks in by_depth.items():
-        for s in stacks:
-            found = [link for link in explorer.links if link.target == (s, "selected_index")]
-            assert len(found) == 1 and found[0].source == controls[depth]
+    assert len(explorer.links) == 2 * (1 + len(HEADS))  # the pictures and their texts
+    for name in ("heads", "text"):
+        by_depth = _stacks_by_depth(explorer.pictures[name])
+        assert len(by_depth) == 2 and len(by_depth[1]) == len(HEADS)
+        for depth, stacks in by_depth.items():
+            for s in stacks:
+                found = [link for link in explorer.links
+                         if link.target == (s, "selected_index")]
+                assert len(found) == 1 and found[0].source == controls[depth]
 
 
 @pytest.mark.parametrize("i", [1, 3])
@@ -205,13 +207,13 @@ def test_frame_shows_that_head_counts_weights(explorer, data, i, e):
 
 
 def test_alt_text_names_where_each_head_looks(explorer, data):
-    """Each frame has a text alternative (its tooltip) that says where each head puts its
-    largest weight, from the bundled weights."""
+    """Each frame has a text alternative (the text frame under it) that says where each head
+    puts its largest weight, from the bundled weights."""
     for i, n_heads in enumerate(HEADS):
         result = _result(data, n_heads)
-        for e, leaf in enumerate(explorer.pictures["heads"].children[i].children):
+        for e, leaf in enumerate(explorer.pictures["text"].children[i].children):
             alt = explorer.alt[i][e]
-            assert leaf.tooltip == alt and alt.startswith(f"{n_heads} head")
+            assert leaf.value == alt and alt.startswith(f"{n_heads} head")
             asked = data["examples"]["asked"][e]
             for h, row in enumerate(result["weights"][e]):
                 peak = int(np.argmax(row))
@@ -230,7 +232,7 @@ def test_controls_wrap_and_move_by_keyboard(explorer):
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}"
         assert control.description and control.style.description_width == "80px"
     assert isinstance(explorer, W.HeadsExplorer) and isinstance(explorer, W.Explorer)
-    assert set(explorer.pictures) == {"heads"}
+    assert set(explorer.pictures) == {"heads", "text"}
 
 
 def test_page_weight_under_one_and_a_half_megabytes(explorer):
@@ -288,4 +290,4 @@ def test_kernel_path_moves_the_picture_with_each_control(monkeypatch, explorer):
         i, e = c["heads"].index, c["example"].value
         static = explorer.pictures["heads"].children[i].children[e]
         assert bytes(picture.value) == bytes(static.value)
-        assert picture.tooltip == box.alt[i][e]
+        assert box.pictures["text"].value == box.alt[i][e]

@@ -187,26 +187,27 @@ def test_the_gated_curve_falls_as_alpha_falls(small):
 
 def test_every_stack_is_jslinked_to_its_control(small):
     c = small.controls
-    stack = small.pictures["recall"]
-    inner = list(stack.children)
-    assert all(isinstance(s, widgets.Stack) for s in [stack, *inner])
-    assert len(small.links) == 1 + len(N_PAIRS)
-    for s, control in [(stack, c["n"]), *((s, c["alpha"]) for s in inner)]:
-        found = [link for link in small.links if link.target == (s, "selected_index")]
-        assert len(found) == 1 and found[0].source == (control, "index")
-    assert (stack.selected_index, inner[0].selected_index) == (1, 1)  # n = 8, α = 0.9
+    assert len(small.links) == 2 * (1 + len(N_PAIRS))  # the pictures and their texts
+    for name in ("recall", "text"):
+        stack = small.pictures[name]
+        inner = list(stack.children)
+        assert all(isinstance(s, widgets.Stack) for s in [stack, *inner])
+        for s, control in [(stack, c["n"]), *((s, c["alpha"]) for s in inner)]:
+            found = [link for link in small.links if link.target == (s, "selected_index")]
+            assert len(found) == 1 and found[0].source == (control, "index")
+        assert (stack.selected_index, inner[0].selected_index) == (1, 1)  # n = 8, α = 0.9
 
 
 def test_every_frame_has_its_text_alternative(small):
     for i, n in enumerate(N_PAIRS):
         for a, alpha in enumerate(ALPHAS):
-            leaf = small.pictures["recall"].children[i].children[a]
+            leaf = small.pictures["text"].children[i].children[a]
             linear = small.curves[n]["accuracy"]["linear attention"]
             gated_error = small.curves[n]["error"]["gated delta rule"][a]
-            assert leaf.tooltip.startswith(f"{n} pairs in a {D} × {D} state, forget gate "
+            assert leaf.value.startswith(f"{n} pairs in a {D} × {D} state, forget gate "
                                            f"α = {alpha:g}.")
-            assert f"linear attention {linear[0]:.0%} to {linear[-1]:.0%}" in leaf.tooltip
-            assert f"Gated DeltaNet {gated_error[-1]:.2f}." in leaf.tooltip
+            assert f"linear attention {linear[0]:.0%} to {linear[-1]:.0%}" in leaf.value
+            assert f"Gated DeltaNet {gated_error[-1]:.2f}." in leaf.value
 
 
 # Controls, kernel path, arguments, weight ----------------------------------------------------
@@ -230,7 +231,7 @@ def test_controls_are_sliders_that_wrap_and_start_mid_range(default):
         assert control.layout.max_width == W.CONTROL_MAX_WIDTH
         assert control.index < len(control.options) - 1
     assert isinstance(default, W.RecallExplorer) and isinstance(default, W.Explorer)
-    assert set(default.pictures) == {"recall"}
+    assert set(default.pictures) == {"recall", "text"}
 
 
 def test_kernel_path_moves_the_picture_for_each_control(monkeypatch, small):
@@ -249,7 +250,8 @@ def test_kernel_path_moves_the_picture_for_each_control(monkeypatch, small):
         i, a = box.controls["n"].index, box.controls["alpha"].index
         leaf = static.children[i].children[a]
         assert bytes(picture.value) == bytes(leaf.value)
-        assert picture.tooltip == leaf.tooltip
+        text = small.pictures["text"].children[i].children[a]
+        assert box.pictures["text"].value == text.value
 
 
 def test_bad_arguments_name_their_values():

@@ -44,7 +44,7 @@ class HeadsExplorer(Explorer):
     ``heads`` and ``example``, ``pictures`` ``{"heads": …}`` and ``links``):
         data: the bundled results it draws (see ``load_two_reads_heads``).
         alt: ``alt[i][e]``: the text alternative of the frame for the i-th head count and
-            example e (each frame's ``tooltip`` where ipywidgets has one).
+            example e, shown in words under the picture (``pictures["text"]``).
     """
 
     data: dict
@@ -171,29 +171,6 @@ def _alt_text(result: Mapping, examples: Mapping, e: int, width: int) -> str:
             f"the query {accuracy['prev']:.1%}.")
 
 
-def _set_alt(picture: widgets.Widget, alt: list[list[str]],
-             controls: Sequence[tuple[widgets.Widget, str]]) -> None:
-    """Give each frame its text alternative (``tooltip``, the picture's title in the page),
-    where ipywidgets has that trait: on every leaf of the Stacks, or on the one kernel
-    Image, kept up to date as the controls move."""
-    if isinstance(picture, widgets.Image):
-        if "tooltip" not in picture.trait_names():
-            return  # ipywidgets 7: an Image has no tooltip
-
-        def update(_change=None) -> None:
-            picture.tooltip = alt[getattr(controls[0][0], controls[0][1])][
-                getattr(controls[1][0], controls[1][1])]
-
-        for widget, trait in controls:
-            widget.observe(update, names=trait)
-        update()
-        return
-    for i, stack in enumerate(picture.children):
-        for e, leaf in enumerate(stack.children):
-            if "tooltip" in leaf.trait_names():
-                leaf.tooltip = alt[i][e]
-
-
 def _check_arguments(data: Mapping, heads: Sequence[int], n_examples: int) -> None:
     """Raise a ValueError naming the bad value if ``heads`` are not among the trained head
     counts or ``n_examples`` is not between 1 and the number of stored examples."""
@@ -242,7 +219,8 @@ def heads_explorer(*, heads: Sequence[int] | None = None,
     }
     pairs = [(controls["heads"], "index"), (controls["example"], "value")]
     picture, links = _linked_pictures(frames, pairs)
-    _set_alt(picture, alt, pairs)
+    # The pictures' text alternative, in words under them (an Image has no alt attribute).
+    text, text_links = _linked_pictures(alt, pairs)
     caption = widgets.HTML(
         f"<b>The heads of one trained attention layer of width {width}, cut into "
         f"{', '.join(map(str, heads[:-1]))}{' or ' if len(heads) > 1 else ''}{heads[-1]} "
@@ -254,6 +232,7 @@ def heads_explorer(*, heads: Sequence[int] | None = None,
         f"position). Right: each head's mean weight on the two over the {n_test:,} test "
         "sequences (those where the two differ), and how often each answer is right. All "
         "pictures are precomputed.")
-    return HeadsExplorer([caption, _control_row(*controls.values()), picture],
-                         controls=controls, pictures={"heads": picture}, links=links,
-                         data=data, alt=alt)
+    return HeadsExplorer([caption, _control_row(*controls.values()),
+                          widgets.VBox([picture, text])],
+                         controls=controls, pictures={"heads": picture, "text": text},
+                         links=links + text_links, data=data, alt=alt)

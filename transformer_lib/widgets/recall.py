@@ -178,29 +178,6 @@ def _alt_text(curves: dict, n_pairs: int, alpha_index: int, alpha: float,
             f"{', '.join(oldest)}.")
 
 
-def _set_alt(picture: widgets.Widget, alt: list[list[str]],
-             controls: Sequence[tuple[widgets.Widget, str]]) -> None:
-    """Give each frame its text alternative ``alt[i][j]`` as its ``tooltip`` (the picture's
-    title in the page) where ipywidgets has that trait: on every leaf of the Stacks, or on
-    the one kernel Image, kept up to date as the controls move."""
-    if isinstance(picture, widgets.Image):
-        if "tooltip" not in picture.trait_names():
-            return  # ipywidgets 7: an Image has no tooltip; the caption describes it
-
-        def update(_change=None) -> None:
-            i, j = (getattr(widget, trait) for widget, trait in controls)
-            picture.tooltip = alt[i][j]
-
-        for widget, trait in controls:
-            widget.observe(update, names=trait)
-        update()
-        return
-    for i, stack in enumerate(picture.children):
-        for j, leaf in enumerate(stack.children):
-            if "tooltip" in leaf.trait_names():
-                leaf.tooltip = alt[i][j]
-
-
 def _recall_caption(d_state: int, trials: int) -> widgets.HTML:
     """What the pictures show."""
     return widgets.HTML(
@@ -268,8 +245,11 @@ def recall_explorer(*, n_pairs: Sequence[int] = (8, 16, 32, 64, 128),
     }
     pairs = [(controls["n"], "index"), (controls["alpha"], "index")]
     picture, links = _linked_pictures(frames, pairs)
-    _set_alt(picture, [[_alt_text(curves[x], x, a, alpha_a, d_state)
-                        for a, alpha_a in enumerate(alphas)] for x in curves], pairs)
+    # The pictures' text alternative, in words under them (an Image has no alt attribute).
+    alt = [[_alt_text(curves[x], x, a, alpha_a, d_state) for a, alpha_a in enumerate(alphas)]
+           for x in curves]  # [n][alpha]
+    text, text_links = _linked_pictures(alt, pairs)
     return RecallExplorer([_recall_caption(d_state, trials), _control_row(*controls.values()),
-                           picture], controls=controls, pictures={"recall": picture},
-                          links=links, curves=curves)
+                           widgets.VBox([picture, text])], controls=controls,
+                          pictures={"recall": picture, "text": text},
+                          links=links + text_links, curves=curves)
