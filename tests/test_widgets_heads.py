@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
-from ipywidgets.embed import embed_data
+from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -237,7 +237,7 @@ def test_controls_wrap_and_move_by_keyboard(explorer):
 
 def test_page_weight_under_one_and_a_half_megabytes(explorer):
     """What the explorer adds to its page: its frames, base64 in the widget state."""
-    state = embed_data(views=[explorer])["manager_state"]["state"]
+    state = embed_data(views=[explorer], state=dependency_state(explorer))["manager_state"]["state"]
     frames = [buffer["data"] for model in state.values()
               for buffer in model.get("buffers", []) if buffer["path"] == ["value"]]
     assert len(frames) == len(HEADS) * N_EXAMPLES

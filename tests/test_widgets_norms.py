@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
-from ipywidgets.embed import embed_data
+from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.colors import to_rgb
 from PIL import Image
@@ -202,7 +202,7 @@ def test_frames_fit_the_column_and_the_page_weight(explorer):
         width, height = Image.open(io.BytesIO(png)).size
         assert 600 <= width <= W.FRAME_WIDTH * W.DPI and 300 <= height <= 500
     assert sum(map(len, frames)) * 4 / 3 < 1.5e6
-    state = embed_data(views=[explorer])["manager_state"]["state"]
+    state = embed_data(views=[explorer], state=dependency_state(explorer))["manager_state"]["state"]
     embedded = sum(len(b["data"]) for s in state.values() for b in s.get("buffers", []))
     assert embedded < 1.5e6
 
