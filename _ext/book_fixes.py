@@ -7,7 +7,9 @@ repeated (same file or same inline body, same attributes), whatever priority it 
 
 It also leaves out pydata-sphinx-theme's top navigation bar (see ``drop_navbar``), keeps
 punctuation on the line of the inline formula before it, and lets long names in inline
-code break after a dot or an underscore rather than anywhere (see ``fix_body``).
+code break after a dot or an underscore rather than anywhere (see ``fix_body``), and puts
+a link to the same page in the book's other language at the top of every page (see
+``edition_switch``).
 """
 from __future__ import annotations
 
@@ -88,9 +90,35 @@ def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
     context["body"] = _CODE_TEXT.sub(_breakable, body)
 
 
+# The book's two editions: the English one at the site's root, the Chinese one under zh/.
+# (label, language of the label, folder of the other edition seen from this one's root)
+_OTHER_EDITION = {"en": ("中文", "zh-CN", "zh/"), "zh": ("English", "en", "../")}
+
+
+def edition_switch(app: Sphinx, pagename: str, templatename: str, context: dict,
+                   doctree: Any) -> None:
+    """A link to the same page in the other edition, first in the page's body, and the
+    ``<link rel="alternate" hreflang>`` that tells search engines the two pages are one.
+
+    The page's name is the same in both editions (tools/zh_config.py builds the Chinese one
+    from the same sources), so the link is this page's path from the other edition's root.
+    """
+    body = context.get("body")
+    if body is None:
+        return
+    edition = "zh" if (app.config.language or "en").startswith("zh") else "en"
+    label, language, other_root = _OTHER_EDITION[edition]
+    href = "../" * pagename.count("/") + other_root + pagename + ".html"
+    context["body"] = (f'<p class="edition-switch"><a href="{href}" hreflang="{language}" '
+                       f'lang="{language}">{label}</a></p>\n' + body)
+    context["metatags"] = (context.get("metatags", "")
+                           + f'\n<link rel="alternate" hreflang="{language}" href="{href}" />')
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", fix_body)
+    app.connect("html-page-context", edition_switch)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

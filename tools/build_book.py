@@ -2,14 +2,17 @@
 
     python tools/build_book.py
 
-Runs ``jupyter-book build . --all -W -n --keep-going``: every page is rebuilt and every
-notebook executed (with ``execute_notebooks: force`` in ``_config.yml``, a change in
-``transformer_lib`` alone shows up), and warnings are errors. The whole output goes to
-``_build/book.log``. On success ``_build/book.ok`` is written (the book tests reuse a build
-that is newer than its sources) and the time taken is printed. On failure the script prints
-the Sphinx warnings and errors, the notebook that failed with its cell and error, the end of
-the log, and where the full log and the execution reports are, then exits with the build's
-status. ``make book`` runs it.
+Builds both editions with ``jupyter-book build . --all -W -n --keep-going``: every page is
+rebuilt and warnings are errors. The English edition is built into ``_build/html``, every
+notebook executed into an execute cache emptied first (so a change in ``transformer_lib`` alone
+shows up); the Chinese edition (``tools/zh_config.py zh``: the translations of
+``locales/zh_CN``) is then built from the same notebooks, reusing the executed ones from the
+cache, and copied to ``_build/html/zh``. ``--edition en`` builds the English one alone. The
+whole output goes to ``_build/book.log``. On success ``_build/book.ok`` is written (the book
+tests reuse a build that is newer than its sources) and the time each edition took is printed.
+On failure the script prints the Sphinx warnings and errors, the notebook that failed with
+its cell and error, the end of the log, and where the full log and the execution reports are,
+then exits with the build's status. ``make book`` runs it.
 """
 from __future__ import annotations
 
@@ -21,12 +24,17 @@ import sys
 import time
 from pathlib import Path
 
+import zh_config
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "_build"
 LOG = BUILD / "book.log"
 OK = BUILD / "book.ok"
 INDEX = BUILD / "html" / "index.html"
 REPORTS = BUILD / "html" / "reports"  # myst-nb's execution reports, if the build got that far
+CONFIGS = BUILD / "configs"  # the generated configs of both editions (tools/zh_config.py)
+ZH_BUILD = BUILD / "zh"  # jupyter-book's own output folder of the Chinese edition
+ZH_HTML = INDEX.parent / zh_config.ZH_FOLDER  # where the Chinese edition is published
 
 BUILD_ARGS = ["build", ".", "--all", "-W", "-n", "--keep-going"]
 MAX_WARNINGS = 30  # lines of Sphinx warnings and errors shown
@@ -102,26 +110,57 @@ def failure_summary(log: str, log_path: Path = LOG, reports: Path = REPORTS) -> 
     return "\n".join(out)
 
 
-def build() -> int:
-    """Run the build, log to ``LOG``, write ``OK`` on success; returns the build's exit status."""
+def _run(args: list[str], log_path: Path, mode: str) -> int:
+    """Run ``jupyter-book`` with ``args``, its output appended to ``log_path``."""
+    with log_path.open(mode, encoding="utf-8") as log:
+        return subprocess.run([jupyter_book(), *args], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+
+
+def _failed(status: int) -> int:
+    print(failure_summary(LOG.read_text(encoding="utf-8", errors="replace")))
+    return status
+
+
+def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
+    """Run the builds, log to ``LOG``, write ``OK`` on success; returns the first failing
+    build's exit status, else 0.
+
+    Args:
+        editions: ``("en",)`` or ``("en", "zh")``: the English edition is always built (it
+            executes the notebooks the Chinese one reuses).
+    """
     BUILD.mkdir(exist_ok=True)
     OK.unlink(missing_ok=True)
+    shutil.rmtree(zh_config.CACHE, ignore_errors=True)  # every notebook executed once, afresh
     print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
     start = time.monotonic()
-    with LOG.open("w", encoding="utf-8") as log:
-        status = subprocess.run([jupyter_book(), *BUILD_ARGS], cwd=ROOT, stdout=log,
-                                stderr=subprocess.STDOUT).returncode
+    english = zh_config.write("en", CONFIGS / "en.yml")
+    status = _run([*BUILD_ARGS, "--config", str(english)], LOG, "w")
     if status != 0:
-        print(failure_summary(LOG.read_text(encoding="utf-8", errors="replace")))
-        return status
+        return _failed(status)
+    print(f"English edition built in {time.monotonic() - start:.0f} s: {INDEX}", flush=True)
+    if "zh" in editions:
+        start = time.monotonic()
+        chinese = zh_config.write("zh", CONFIGS / "zh.yml")
+        status = _run([*BUILD_ARGS, "--config", str(chinese), "--path-output", str(ZH_BUILD)],
+                      LOG, "a")
+        if status != 0:
+            return _failed(status)
+        shutil.rmtree(ZH_HTML, ignore_errors=True)
+        shutil.copytree(ZH_BUILD / "_build" / "html", ZH_HTML)
+        print(f"Chinese edition built in {time.monotonic() - start:.0f} s: "
+              f"{ZH_HTML / INDEX.name}")
     OK.touch()
-    print(f"Book built in {time.monotonic() - start:.0f} s: {INDEX}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    return build()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edition", choices=("all", "en"), default="all",
+                        help="en: the English edition alone (default: both)")
+    args = parser.parse_args(argv)
+    return build(("en",) if args.edition == "en" else ("en", "zh"))
 
 
 if __name__ == "__main__":

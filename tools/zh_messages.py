@@ -1,0 +1,138 @@
+"""The Chinese edition's message catalogs: extracted from the English pages, and checked.
+
+    python tools/zh_messages.py update   # extract the messages, bring locales/zh_CN in step
+    python tools/zh_messages.py check    # list what is missing in the translated pages
+
+The English notebooks and pages are the only source. ``update`` extracts their Markdown (prose,
+headings, admonitions, exercises; one message per paragraph, inline math inside its message;
+code is not extracted) into ``.pot`` templates with Sphinx's gettext builder (nothing is
+executed), then ``sphinx-intl update`` merges them into one catalog per page,
+``locales/zh_CN/LC_MESSAGES/<page>.po``: a new English paragraph arrives untranslated, a
+changed one arrives marked fuzzy with the old translation beside it, and the Chinese edition
+shows both in English until a translator deals with them. A change to English text therefore
+runs ``update`` and commits the catalogs with it (CONTRIBUTING.md).
+
+``COMPLETE`` lists the pages whose translation is finished; ``check`` (and tests/test_zh.py)
+fail when one of their messages is untranslated or fuzzy, when a translation's inline math
+differs from its English message's, or when display math was translated.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import zh_config
+from babel.messages.pofile import read_po
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGS = ROOT / "locales" / zh_config.LANGUAGE / "LC_MESSAGES"
+GETTEXT = ROOT / "_build" / "gettext"  # jupyter-book's output folder of the extraction
+
+# The pages whose Chinese translation is finished: every message translated, none fuzzy.
+COMPLETE: tuple[str, ...] = ()
+
+# Inline math in a message: $...$ (not $$), or MyST's {math}`...` role.
+_INLINE_MATH = re.compile(r"(?<![$\\])\$(?!\$)((?:\\.|[^$\\])+?)\$(?!\$)|\{math\}`[^`]*`")
+_DISPLAY_MATH = re.compile(r"^\s*\$\$|\\begin\{(equation|align|gather|multline)")
+
+
+def jupyter_book() -> str:
+    """The ``jupyter-book`` next to this Python, else on PATH."""
+    beside = Path(sys.executable).with_name("jupyter-book")
+    return str(beside) if beside.exists() else (shutil.which("jupyter-book") or "jupyter-book")
+
+
+def extract(out: Path = GETTEXT) -> Path:
+    """Extract the book's messages into ``.pot`` templates, one per page.
+
+    Args:
+        out: jupyter-book's output folder (``--path-output``); emptied first.
+
+    Returns:
+        The folder of the templates (``<page>.pot`` beside the page's path).
+
+    Raises:
+        RuntimeError: if the extraction fails (with the end of its output).
+    """
+    shutil.rmtree(out, ignore_errors=True)
+    config = zh_config.write("gettext", out / "config.yml")
+    result = subprocess.run(
+        [jupyter_book(), "build", ".", "--all", "--builder", "custom", "--custom-builder",
+         "gettext", "--config", str(config), "--path-output", str(out)],
+        cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"message extraction failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return out / "_build" / "gettext"
+
+
+def update(templates: Path) -> None:
+    """Merge the templates into the catalogs (``sphinx-intl update``).
+
+    Args:
+        templates: the folder ``extract`` returned.
+    """
+    subprocess.run([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
+                    "-l", zh_config.LANGUAGE, "-d", str(ROOT / "locales"), "-w", "0", "-j", "1"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def catalog(page: str) -> Path:
+    """The catalog of a page, e.g. ``chapters/01_attention`` (a path without suffix)."""
+    return CATALOGS / f"{page}.po"
+
+
+def inline_math(text: str) -> Counter:
+    """The inline formulas of a message, counted (their order may change in a translation)."""
+    return Counter(match.group(0) for match in _INLINE_MATH.finditer(text))
+
+
+def problems(page: str) -> list[str]:
+    """What is wrong with a page's translation, one line per message.
+
+    Args:
+        page: the page's path without suffix.
+
+    Returns:
+        Lines naming each untranslated, fuzzy, math-changing or display-math-translating
+        message (empty when the page is finished).
+    """
+    path = catalog(page)
+    if not path.exists():
+        return [f"{page}: no catalog at {path.relative_to(ROOT)}"]
+    with path.open("rb") as f:
+        messages = [m for m in read_po(f) if m.id]
+    found = []
+    for message in messages:
+        where = f"{page}:{message.lineno or '?'}: {str(message.id)[:60]!r}"
+        if _DISPLAY_MATH.search(message.id):
+            if message.string and message.string != message.id:
+                found.append(f"{where}: display math must stay untranslated")
+        elif not message.string:
+            found.append(f"{where}: untranslated")
+        elif message.fuzzy:
+            found.append(f"{where}: fuzzy (the English changed)")
+        elif inline_math(message.id) != inline_math(message.string):
+            found.append(f"{where}: the inline math differs from the English")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("update", "check"))
+    args = parser.parse_args(argv)
+    if args.command == "update":
+        update(extract())
+        print(f"catalogs updated: {CATALOGS.relative_to(ROOT)}")
+        return 0
+    found = [line for page in COMPLETE for line in problems(page)]
+    print("\n".join(found) or f"{len(COMPLETE)} translated pages complete")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
