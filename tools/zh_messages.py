@@ -26,8 +26,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import zh_config
 from babel.messages.pofile import read_po
+
+import zh_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGS = ROOT / "locales" / zh_config.LANGUAGE / "LC_MESSAGES"
@@ -103,7 +104,7 @@ def problems(page: str) -> list[str]:
     """
     path = catalog(page)
     if not path.exists():
-        return [f"{page}: no catalog at {path.relative_to(ROOT)}"]
+        return [f"{page}: no catalog ({path.name})"]
     with path.open("rb") as f:
         messages = [m for m in read_po(f) if m.id]
     found = []

@@ -1,0 +1,191 @@
+"""The Chinese edition: its generated config, its catalogs, and its built pages.
+
+The catalogs (locales/zh_CN) must be in step with the English pages, and every page listed
+in tools/zh_messages.py's COMPLETE translated throughout: no untranslated or fuzzy message, the
+inline math of every translation the same as its English message's, display math never
+translated. The built edition lies in _build/html/zh, one page for every English page.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+import zh_config
+import zh_messages
+from book_support import ROOT, config, ensure_built_book, toc_docnames
+
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+# The generated configs ---------------------------------------------------------------------
+
+
+def test_chinese_config_changes_only_language_locales_execution_and_address():
+    english = config()
+    chinese = zh_config.edition_config("zh")
+    assert chinese["sphinx"]["config"]["language"] == "zh_CN"
+    assert chinese["sphinx"]["config"]["locale_dirs"] == ["locales/"]
+    assert chinese["sphinx"]["config"]["gettext_compact"] is False
+    assert chinese["sphinx"]["recursive_update"] is True
+    assert chinese["html"]["baseurl"] == english["html"]["baseurl"].rstrip("/") + "/zh/"
+    for key in english:  # everything else is the English config's
+        if key not in ("sphinx", "html", "execute"):
+            assert chinese[key] == english[key], key
+    for key, value in english["sphinx"]["config"].items():
+        assert chinese["sphinx"]["config"][key] == value, key
+    assert config() == english  # the English config was not modified
+
+
+def test_both_editions_share_one_execute_cache_and_extraction_executes_nothing():
+    english, chinese = zh_config.edition_config("en"), zh_config.edition_config("zh")
+    assert english["execute"]["execute_notebooks"] == "cache"
+    assert english["execute"]["cache"] == chinese["execute"]["cache"] == str(zh_config.CACHE)
+    assert english["execute"]["raise_on_error"] is chinese["execute"]["raise_on_error"] is True
+    assert zh_config.edition_config("gettext")["execute"]["execute_notebooks"] == "off"
+    with pytest.raises(ValueError, match="'fr'"):
+        zh_config.edition_config("fr")
+
+
+def test_written_config_reads_back(tmp_path: Path):
+    import yaml
+
+    out = zh_config.write("zh", tmp_path / "sub" / "zh.yml")
+    assert yaml.safe_load(out.read_text(encoding="utf-8")) == zh_config.edition_config("zh")
+
+
+# The catalog checks ------------------------------------------------------------------------
+
+
+def _catalog(tmp_path: Path, monkeypatch, messages: list[tuple[str, str, bool]]) -> str:
+    """A catalog ``page.po`` in ``tmp_path`` holding ``(english, chinese, fuzzy)`` messages."""
+    catalog = Catalog(locale="zh_CN")
+    for english, chinese, fuzzy in messages:
+        catalog.add(english, chinese, flags=("fuzzy",) if fuzzy else ())
+    with (tmp_path / "page.po").open("wb") as f:
+        write_po(f, catalog)
+    monkeypatch.setattr(zh_messages, "CATALOGS", tmp_path)
+    return "page"
+
+
+def test_a_finished_translation_has_no_problems(tmp_path, monkeypatch):
+    page = _catalog(tmp_path, monkeypatch, [
+        ("Softmax of $x$ and $y$.", "$y$ 与 $x$ 的 softmax。", False),
+        ("$$\\sum_i x_i$$", "", False),  # display math left untranslated
+        ("Scores {math}`QK^\\top`.", "分数 {math}`QK^\\top`。", False)])
+    assert zh_messages.problems(page) == []
+
+
+@pytest.mark.parametrize("english, chinese, fuzzy, problem", [
+    ("The mask.", "", False, "untranslated"),
+    ("The mask.", "掩码。", True, "fuzzy"),
+    ("Scores $QK^\\top$.", "分数 $QK^T$。", False, "inline math"),
+    ("Scores $QK^\\top$ and $V$.", "分数 $QK^\\top$。", False, "inline math"),
+    ("$$\\sum_i x_i$$", "$$\\sum_i x_i$$ 求和", False, "display math"),
+    ("\\begin{equation}a\\end{equation}", "公式", False, "display math"),
+])
+def test_each_problem_is_found(tmp_path, monkeypatch, english, chinese, fuzzy, problem):
+    page = _catalog(tmp_path, monkeypatch, [(english, chinese, fuzzy), ("Fine.", "好。", False)])
+    found = zh_messages.problems(page)
+    assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_missing_catalog_is_a_problem(tmp_path, monkeypatch):
+    monkeypatch.setattr(zh_messages, "CATALOGS", tmp_path)
+    assert "no catalog" in zh_messages.problems("chapters/99_none")[0]
+
+
+def test_translated_pages_are_pages_of_the_book():
+    assert set(zh_messages.COMPLETE) <= set(toc_docnames())
+
+
+@pytest.mark.parametrize("page", zh_messages.COMPLETE)
+def test_translated_page_is_complete(page):
+    assert zh_messages.problems(page) == []
+
+
+# The catalogs are in step with the English pages (extraction runs no notebook) -------------
+
+
+@pytest.mark.book
+def test_catalogs_hold_every_message_of_the_english_pages(tmp_path):
+    templates = zh_messages.extract(tmp_path / "gettext")
+    stale = []
+    for page in toc_docnames():
+        with (templates / f"{page}.pot").open("rb") as f:
+            wanted = {m.id for m in read_po(f) if m.id}
+        path = zh_messages.catalog(page)
+        held = set()
+        if path.exists():
+            with path.open("rb") as f:
+                held = {m.id for m in read_po(f) if m.id}
+        if wanted - held:
+            stale.append(f"{page}: {len(wanted - held)} messages not in its catalog")
+    assert not stale, "run `make locales` and commit locales/:\n" + "\n".join(stale)
+
+
+# The language switch -------------------------------------------------------------------------
+
+
+def _book_fixes():
+    spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "_ext" / "book_fixes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("language, pagename, href", [
+    ("en", "intro", "zh/intro.html"),
+    ("en", "chapters/01_attention", "../zh/chapters/01_attention.html"),
+    ("zh_CN", "intro", "../intro.html"),
+    ("zh_CN", "appendix/glossary", "../../appendix/glossary.html"),
+])
+def test_switch_links_to_the_same_page_in_the_other_language(language, pagename, href):
+    app = SimpleNamespace(config=SimpleNamespace(language=language))
+    context = {"body": "<h1>Title</h1>", "metatags": ""}
+    _book_fixes().edition_switch(app, pagename, "page.html", context, None)
+    assert context["body"].startswith(f'<p class="edition-switch"><a href="{href}"')
+    assert context["body"].endswith("<h1>Title</h1>")
+    assert 'rel="alternate"' in context["metatags"] and f'href="{href}"' in context["metatags"]
+
+
+# The built Chinese edition -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def html() -> Path:
+    return ensure_built_book()
+
+
+_DISPLAY = re.compile(r'<div class="math notranslate nohighlight">(.*?)</div>', re.S)
+_SWITCH = re.compile(r'<p class="edition-switch"><a href="([^"]+)"')
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("docname", toc_docnames())
+def test_chinese_page_exists_and_switches_back(html, docname):
+    english = (html / f"{docname}.html").read_text(encoding="utf-8")
+    path = html / "zh" / f"{docname}.html"
+    assert path.is_file(), f"no Chinese page for {docname}"
+    chinese = path.read_text(encoding="utf-8")
+    assert '<html lang="zh-CN"' in chinese or "<html lang=\"zh_CN\"" in chinese
+    to_chinese = _SWITCH.search(english).group(1)
+    assert (path.parent / Path(docname).name).with_suffix(".html") == path
+    assert ((html / docname).parent / to_chinese).resolve() == path.resolve()
+    back = _SWITCH.search(chinese).group(1)
+    assert (path.parent / back).resolve() == (html / f"{docname}.html").resolve()
+    # Display math is the English page's, formula for formula.
+    assert _DISPLAY.findall(chinese) == _DISPLAY.findall(english)
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", zh_messages.COMPLETE)
+def test_translated_page_reads_in_chinese(html, page):
+    chinese = (html / "zh" / f"{page}.html").read_text(encoding="utf-8")
+    title = re.search(r"<h1>(.*?)<", chinese, re.S).group(1)
+    assert _HAN.search(title), f"{page}: the title {title!r} is not in Chinese"
