@@ -39,7 +39,8 @@ COMPLETE: tuple[str, ...] = ()
 
 # Inline math in a message: $...$ (not $$), or MyST's {math}`...` role.
 _INLINE_MATH = re.compile(r"(?<![$\\])\$(?!\$)((?:\\.|[^$\\])+?)\$(?!\$)|\{math\}`[^`]*`")
-_DISPLAY_MATH = re.compile(r"^\s*\$\$|\\begin\{(equation|align|gather|multline)")
+# Display math: a message that is a formula block ($$...$$ or an amsmath environment).
+_DISPLAY_MATH = re.compile(r"^\s*(\$\$|\\begin\{)")
 
 
 def jupyter_book() -> str:
