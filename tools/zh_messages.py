@@ -14,7 +14,8 @@ runs ``update`` and commits the catalogs with it (CONTRIBUTING.md).
 
 ``COMPLETE`` lists the pages whose translation is finished; ``check`` (and tests/test_zh.py)
 fail when one of their messages is untranslated or fuzzy, when a translation's inline math
-differs from its English message's, or when display math was translated.
+differs from its English message's, when its bold, italics, inline code or links do (as MyST
+parses them), or when display math was translated.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from collections import Counter
 from pathlib import Path
 
 from babel.messages.pofile import read_po
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 import zh_config
 
@@ -93,6 +96,20 @@ def inline_math(text: str) -> Counter:
     return Counter(match.group(0) for match in _INLINE_MATH.finditer(text))
 
 
+_MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin)
+_MARKUP = ("strong_open", "em_open", "code_inline", "link_open")
+
+
+def markup(text: str) -> Counter:
+    """The inline markup of a message as MyST parses it: bold, italics, inline code and links,
+    counted. A translation must keep them: CommonMark's rules for ``**`` and ``*`` next to
+    Chinese punctuation can leave the asterisks as text."""
+    found: Counter = Counter()
+    for token in _MARKDOWN.parseInline(text):
+        found.update(child.type for child in token.children or [] if child.type in _MARKUP)
+    return found
+
+
 def problems(page: str) -> list[str]:
     """What is wrong with a page's translation, one line per message.
 
@@ -120,6 +137,8 @@ def problems(page: str) -> list[str]:
             found.append(f"{where}: fuzzy (the English changed)")
         elif inline_math(message.id) != inline_math(message.string):
             found.append(f"{where}: the inline math differs from the English")
+        elif markup(message.id) != markup(message.string):
+            found.append(f"{where}: bold, italics, code or links differ from the English")
     return found
 
 
