@@ -88,6 +88,7 @@ def test_a_finished_translation_has_no_problems(tmp_path, monkeypatch):
     ("Scores $QK^\\top$ and $V$.", "分数 $QK^\\top$。", False, "inline math"),
     ("$$\\sum_i x_i$$", "$$\\sum_i x_i$$ 求和", False, "display math"),
     ("\\begin{equation}a\\end{equation}", "公式", False, "display math"),
+    ("\nX = E[t]\n", "\nX = E[词]\n", False, "display math"),
     ("**Read it online.** Every page.", "**在线阅读。**每一页。", False, "bold"),
     ("Use `view` here.", "这里用 view。", False, "code"),
     ("See the [notes](notation.md).", "见记号。", False, "links"),

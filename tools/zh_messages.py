@@ -42,8 +42,10 @@ COMPLETE: tuple[str, ...] = ()
 
 # Inline math in a message: $...$ (not $$), or MyST's {math}`...` role.
 _INLINE_MATH = re.compile(r"(?<![$\\])\$(?!\$)((?:\\.|[^$\\])+?)\$(?!\$)|\{math\}`[^`]*`")
-# Display math: a message that is a formula block ($$...$$ or an amsmath environment).
-_DISPLAY_MATH = re.compile(r"^\s*(\$\$|\\begin\{)")
+# Display math: a message that is a formula block. Sphinx extracts a math block's source as
+# it is, starting with the line break after $$ (a paragraph's message is stripped), or with
+# the amsmath environment written without $$.
+_DISPLAY_MATH = re.compile(r"^(\n|\s*\$\$|\s*\\begin\{)")
 
 
 def jupyter_book() -> str:
