@@ -32,6 +32,7 @@ setup-cells: $(STAMP)
 student: $(STAMP)
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
+	@$(PY) tools/zh_notebooks.py --write
 
 # Grade submitted student notebooks: make grade SUBMISSIONS=path/to/submissions (one folder per
 # student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS, TIMEOUT and
@@ -57,15 +58,18 @@ book: $(STAMP)
 ifndef CI
 	@$(PY) tools/setup_cell.py --write
 	@$(PY) tools/exercise_page.py
+	@$(PY) tools/zh_notebooks.py --write
 endif
 	@$(PY) tools/build_book.py
 	@echo "Preview: $(PY) -m http.server -d _build/html  (then open http://127.0.0.1:8000)"
 
 # After a change to the English text: extract the pages' messages and merge them into
 # locales/zh_CN (new ones untranslated, changed ones fuzzy); commit the catalogs with the change
-# (tools/zh_messages.py; `tools/zh_messages.py check` lists what the translated pages miss).
+# (tools/zh_messages.py; `tools/zh_messages.py check` lists what the translated pages miss),
+# and rewrite the Chinese notebooks zh/chapters and zh/exercises from them (tools/zh_notebooks.py).
 locales: $(STAMP)
 	@$(PY) tools/zh_messages.py update
+	@$(PY) tools/zh_notebooks.py --write
 
 # The course's models are tiny, and PyTorch's two threads per process slow down many times
 # over when the other core is busy (measured: training the reversal model took over 300 s

@@ -18,6 +18,7 @@ from babel.messages.pofile import read_po, write_po
 
 import zh_config
 import zh_messages
+import zh_notebooks
 from book_support import ROOT, config, ensure_built_book, toc_docnames
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -34,8 +35,11 @@ def test_chinese_config_changes_only_language_locales_execution_and_address():
     assert chinese["sphinx"]["config"]["gettext_compact"] is False
     assert chinese["sphinx"]["recursive_update"] is True
     assert chinese["html"]["baseurl"] == english["html"]["baseurl"].rstrip("/") + "/zh/"
+    # The launch buttons open the Chinese notebooks; no edit button.
+    assert chinese["repository"] == {**english["repository"], "path_to_book": "zh"}
+    assert chinese["html"]["use_edit_page_button"] is False
     for key in english:  # everything else is the English config's
-        if key not in ("sphinx", "html", "execute"):
+        if key not in ("sphinx", "html", "execute", "repository"):
             assert chinese[key] == english[key], key
     for key, value in english["sphinx"]["config"].items():
         assert chinese["sphinx"]["config"][key] == value, key
@@ -193,3 +197,33 @@ def test_translated_page_reads_in_chinese(html, page):
     chinese = (html / "zh" / f"{page}.html").read_text(encoding="utf-8")
     title = re.search(r"<h1>(.*?)<", chinese, re.S).group(1)
     assert _HAN.search(title), f"{page}: the title {title!r} is not in Chinese"
+
+
+# The Chinese notebooks ---------------------------------------------------------------------
+
+
+def test_chinese_notebooks_are_in_step_with_the_english_ones_and_the_catalogs():
+    stale = [path for path, text in zh_notebooks.targets().items()
+             if not path.exists() or path.read_text(encoding="utf-8") != text]
+    assert not stale, f"run python tools/zh_notebooks.py --write: {stale}"
+
+
+@pytest.mark.parametrize("folder", zh_notebooks.SOURCES)
+def test_chinese_notebooks_keep_the_code_and_metadata_of_the_english_ones(folder):
+    import json
+
+    for english in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+        chinese = ROOT / "zh" / folder / english.name
+        en, zh = (json.loads(p.read_text(encoding="utf-8")) for p in (english, chinese))
+        assert en["metadata"] == zh["metadata"], chinese  # the grader's chapter id included
+        assert [c for c in en["cells"] if c["cell_type"] != "markdown"] == \
+            [c for c in zh["cells"] if c["cell_type"] != "markdown"], chinese
+
+
+def test_translation_leaves_code_blocks_and_untranslated_text_alone():
+    pairs = [("self-attention", "自注意力"), ("The mask.", "掩码。")]
+    source = ("Causal self-attention over\nthe mask.\n\n````{solution} x\n\n"
+              "```python\n# self-attention here\n```\n\nThe\n  mask.\n````\n")
+    out = zh_notebooks.translate_markdown(source, pairs)
+    assert out == ("Causal 自注意力 over\nthe mask.\n\n````{solution} x\n\n"
+                   "```python\n# self-attention here\n```\n\n掩码。\n````\n")

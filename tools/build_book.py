@@ -122,6 +122,26 @@ def _failed(status: int) -> int:
     return status
 
 
+def serve_chinese_notebooks(html: Path, notebooks: Path = ROOT / zh_config.ZH_FOLDER) -> int:
+    """Put the Chinese notebooks (tools/zh_notebooks.py) where the Chinese pages' download
+    button finds its notebook, ``_sources/<page>.ipynb``, in place of the English one.
+
+    Args:
+        html: the Chinese edition's HTML folder.
+        notebooks: the folder of the Chinese notebooks (``zh`` in the repository).
+
+    Returns:
+        How many notebooks were put in place.
+    """
+    count = 0
+    for notebook in sorted((notebooks / "chapters").glob("*.ipynb")):
+        target = html / "_sources" / "chapters" / notebook.name
+        if target.exists():
+            shutil.copyfile(notebook, target)
+            count += 1
+    return count
+
+
 def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
     """Run the builds, log to ``LOG``, write ``OK`` on success; returns the first failing
     build's exit status, else 0.
@@ -149,6 +169,7 @@ def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
             return _failed(status)
         shutil.rmtree(ZH_HTML, ignore_errors=True)
         shutil.copytree(ZH_BUILD / "_build" / "html", ZH_HTML)
+        serve_chinese_notebooks(ZH_HTML)
         print(f"Chinese edition built in {time.monotonic() - start:.0f} s: "
               f"{ZH_HTML / INDEX.name}")
     OK.touch()

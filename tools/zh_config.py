@@ -15,7 +15,9 @@ wherever the config file lies).
   notebook once, after whatever changed in ``transformer_lib``.
 - ``zh`` sets ``language: zh_CN`` and reads the translations from ``locales/zh_CN/LC_MESSAGES``
   (one catalog per page: ``gettext_compact: false``); a message without a translation, or a
-  fuzzy one, is shown in English. Its pages live at ``html.baseurl`` + ``zh/``.
+  fuzzy one, is shown in English. Its pages live at ``html.baseurl`` + ``zh/``; their Colab
+  and Binder buttons open the Chinese notebooks under ``zh/`` (``tools/zh_notebooks.py``),
+  and they have no edit button (a translation is edited in the catalogs).
 - ``gettext`` executes nothing (only the Markdown is extracted), so extraction takes seconds.
 """
 from __future__ import annotations
@@ -75,7 +77,11 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     execute["cache"] = str(cache)
     if kind == "en":
         return config
+    # The launch buttons open the Chinese notebooks (tools/zh_notebooks.py); the English
+    # source is not where a translation is edited, so there is no edit button.
+    config.setdefault("repository", {})["path_to_book"] = ZH_FOLDER
     html = config.setdefault("html", {})
+    html["use_edit_page_button"] = False
     if html.get("baseurl"):
         html["baseurl"] = html["baseurl"].rstrip("/") + f"/{ZH_FOLDER}/"
     sphinx = config.setdefault("sphinx", {})
