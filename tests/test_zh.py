@@ -227,3 +227,21 @@ def test_translation_leaves_code_blocks_and_untranslated_text_alone():
     out = zh_notebooks.translate_markdown(source, pairs)
     assert out == ("Causal 自注意力 over\nthe mask.\n\n````{solution} x\n\n"
                    "```python\n# self-attention here\n```\n\n掩码。\n````\n")
+
+
+# The Chinese edition's font -----------------------------------------------------------------
+
+
+def test_edition_font_holds_exactly_the_characters_of_the_translations():
+    from fontTools.ttLib import TTFont
+
+    import make_glossary_font as fonts
+
+    characters = fonts.edition_characters()
+    assert "注意力" in "".join(characters) or len(characters) > 500
+    in_font = "".join(sorted(chr(cp) for cp in TTFont(fonts.EDITION_FONT).getBestCmap()))
+    assert in_font == characters, (
+        "the Chinese edition's font does not match its text: run "
+        "`python tools/make_glossary_font.py`")
+    css = (ROOT / "_assets" / "book.css").read_text(encoding="utf-8")
+    assert 'url("fonts/book-zh.woff")' in css and "html:lang(zh-CN)" in css

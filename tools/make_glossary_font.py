@@ -1,4 +1,4 @@
-"""Write the glossary's Chinese font: Noto Sans SC cut down to the glossary's characters.
+"""Write the book's Chinese fonts: Noto Sans SC cut down to the characters each one shows.
 
     python tools/make_glossary_font.py [--package PATH]
 
@@ -15,11 +15,16 @@ font's simplified-Chinese subset, regular weight. ``--package`` takes that packa
 ``.tgz`` (``npm pack @fontsource/noto-sans-sc@<version>``) or as an unpacked folder; without
 it the script runs ``npm pack`` itself in a temporary folder.
 
-Writes ``_assets/fonts/glossary-zh.woff`` and ``_assets/fonts/OFL.txt`` (the package's
-licence file). The font is WOFF 1 (zlib): fontTools reads and writes it with no module
-beyond itself, where WOFF2 would need ``brotli``. The output depends only on the source
-font and the glossary (the source's timestamp is kept), so running the script twice gives
-the same bytes.
+The Chinese edition gets the same treatment: ``_assets/fonts/book-zh.woff`` holds exactly the
+CJK characters of its translations (every translated message in ``locales/zh_CN``) and of the
+glossary, and ``_assets/book.css`` puts it after the systems' own Chinese fonts, so it is
+fetched only where none of them is installed. Run this script after translating, too.
+
+Writes ``_assets/fonts/glossary-zh.woff``, ``_assets/fonts/book-zh.woff`` and
+``_assets/fonts/OFL.txt`` (the package's licence file). The fonts are WOFF 1 (zlib): fontTools
+reads and writes it with no module beyond itself, where WOFF2 would need ``brotli``. The
+output depends only on the source font and the text (the source's timestamp is kept), so
+running the script twice gives the same bytes.
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = ROOT / "appendix" / "glossary.md"
 FONTS = ROOT / "_assets" / "fonts"
 FONT = FONTS / "glossary-zh.woff"
+EDITION_FONT = FONTS / "book-zh.woff"  # the Chinese edition's text
+CATALOGS = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
 LICENCE = FONTS / "OFL.txt"
 
 PACKAGE = "@fontsource/noto-sans-sc@5.3.0"
@@ -58,6 +65,18 @@ def cjk_characters(text: str) -> str:
     """The distinct CJK characters of ``text``, in code-point order."""
     return "".join(sorted({ch for ch in text
                            if any(lo <= ord(ch) <= hi for lo, hi in CJK_RANGES)}))
+
+
+def edition_characters(catalogs: Path = CATALOGS, glossary: Path = GLOSSARY) -> str:
+    """The distinct CJK characters the Chinese edition shows: its translations and the
+    glossary's Chinese column (kept as it is in the translation), in code-point order."""
+    from babel.messages.pofile import read_po
+
+    text = [glossary.read_text(encoding="utf-8")]
+    for path in sorted(catalogs.rglob("*.po")):
+        with path.open("rb") as f:
+            text += [m.string for m in read_po(f) if m.id and m.string and not m.fuzzy]
+    return cjk_characters("".join(text))
 
 
 def subset_font(source: Path | io.BytesIO, characters: str) -> bytes:
@@ -109,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         package = args.package or _npm_pack(Path(tmp))
         source, licence = _read_package(package)
-    font = subset_font(io.BytesIO(source), characters)
     FONTS.mkdir(parents=True, exist_ok=True)
-    FONT.write_bytes(font)
     LICENCE.write_bytes(licence)
-    print(f"{FONT.relative_to(ROOT)}: {len(characters)} characters, {len(font) / 1024:.1f} KiB")
+    for path, chars in ((FONT, characters), (EDITION_FONT, edition_characters())):
+        font = subset_font(io.BytesIO(source), chars)
+        path.write_bytes(font)
+        print(f"{path.relative_to(ROOT)}: {len(chars)} characters, {len(font) / 1024:.1f} KiB")
     return 0
 
 
