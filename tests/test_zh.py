@@ -41,6 +41,8 @@ def test_chinese_config_changes_only_language_locales_execution_and_address():
     for key in english:  # everything else is the English config's
         if key not in ("sphinx", "html", "execute", "repository"):
             assert chinese[key] == english[key], key
+    assert chinese["sphinx"]["local_extensions"] == {
+        **english["sphinx"]["local_extensions"], "zh_search": "_ext"}
     for key, value in english["sphinx"]["config"].items():
         assert chinese["sphinx"]["config"][key] == value, key
     assert config() == english  # the English config was not modified
@@ -245,3 +247,38 @@ def test_edition_font_holds_exactly_the_characters_of_the_translations():
         "`python tools/make_glossary_font.py`")
     css = (ROOT / "_assets" / "book.css").read_text(encoding="utf-8")
     assert 'url("fonts/book-zh.woff")' in css and "html:lang(zh-CN)" in css
+
+
+# Chinese search ---------------------------------------------------------------------------------
+
+
+def _zh_search():
+    spec = importlib.util.spec_from_file_location("zh_search", ROOT / "_ext" / "zh_search.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_search_indexes_chinese_characters_and_pairs():
+    search = _zh_search()
+    assert search.han_terms("多头注意力") == ["多", "头", "注", "意", "力",
+                                          "多头", "头注", "注意", "意力"]
+    assert search.han_terms("softmax 与缩放") == ["与", "缩", "放", "与缩", "缩放"]
+    language = search.SearchChineseBigrams({})
+    terms = language.split("用 softmax 计算注意力")
+    assert "注意" in terms and "意力" in terms and "softmax" in terms and "用" in terms
+    assert language.word_filter("力") and not language.word_filter("a")
+
+
+def test_search_splits_a_query_in_the_browser_as_the_index_was_cut():
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    search = _zh_search()
+    script = search.SearchChineseBigrams.js_splitter_code + (
+        'console.log(JSON.stringify(splitQuery("注意力 softmax 头")));')
+    out = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == '["注意","意力","softmax","头"]'

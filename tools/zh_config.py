@@ -87,6 +87,8 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     sphinx = config.setdefault("sphinx", {})
     # Merge these keys into Jupyter Book's defaults instead of replacing them.
     sphinx["recursive_update"] = True
+    # Search that finds Chinese words (characters and bigrams, no word list): _ext/zh_search.py.
+    sphinx.setdefault("local_extensions", {})["zh_search"] = "_ext"
     sphinx_config = sphinx.setdefault("config", {})
     sphinx_config.update(language=LANGUAGE, locale_dirs=[LOCALES], gettext_compact=False)
     return config
