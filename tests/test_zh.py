@@ -38,8 +38,9 @@ def test_chinese_config_changes_only_language_locales_execution_and_address():
     # The launch buttons open the Chinese notebooks; no edit button.
     assert chinese["repository"] == {**english["repository"], "path_to_book": "zh"}
     assert chinese["html"]["use_edit_page_button"] is False
+    assert chinese["title"] == "从零实现 Transformer"
     for key in english:  # everything else is the English config's
-        if key not in ("sphinx", "html", "execute", "repository"):
+        if key not in ("sphinx", "html", "execute", "repository", "title"):
             assert chinese[key] == english[key], key
     assert chinese["sphinx"]["local_extensions"] == {
         **english["sphinx"]["local_extensions"], "zh_search": "_ext"}

@@ -36,6 +36,9 @@ CACHE = ROOT / "_build" / ".jupyter_cache"
 LOCALES = "locales/"
 LANGUAGE = "zh_CN"
 ZH_FOLDER = "zh"  # where the Chinese edition lives under the English one
+# The book's title in the Chinese edition (the page titles come from the catalogs; the
+# introduction's title translates the same words).
+TITLE = "从零实现 Transformer"
 KINDS = ("en", "zh", "gettext")
 
 
@@ -80,6 +83,7 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     # The launch buttons open the Chinese notebooks (tools/zh_notebooks.py); the English
     # source is not where a translation is edited, so there is no edit button.
     config.setdefault("repository", {})["path_to_book"] = ZH_FOLDER
+    config["title"] = TITLE
     html = config.setdefault("html", {})
     html["use_edit_page_button"] = False
     if html.get("baseurl"):
