@@ -54,7 +54,9 @@ def test_both_editions_share_one_execute_cache_and_extraction_executes_nothing()
     assert english["execute"]["execute_notebooks"] == "cache"
     assert english["execute"]["cache"] == chinese["execute"]["cache"] == str(zh_config.CACHE)
     assert english["execute"]["raise_on_error"] is chinese["execute"]["raise_on_error"] is True
-    assert zh_config.edition_config("gettext")["execute"]["execute_notebooks"] == "off"
+    extraction = zh_config.edition_config("gettext")
+    assert extraction["execute"]["execute_notebooks"] == "off"
+    assert extraction["sphinx"]["config"]["gettext_compact"] is False  # one template a page
     with pytest.raises(ValueError, match="'fr'"):
         zh_config.edition_config("fr")
 

@@ -75,6 +75,10 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     execute = config.setdefault("execute", {})
     if kind == "gettext":
         execute["execute_notebooks"] = "off"
+        # One template per page (the catalogs follow: locales/zh_CN/LC_MESSAGES/<page>.po).
+        sphinx = config.setdefault("sphinx", {})
+        sphinx["recursive_update"] = True
+        sphinx.setdefault("config", {})["gettext_compact"] = False
         return config
     execute["execute_notebooks"] = "cache"
     execute["cache"] = str(cache)
