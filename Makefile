@@ -51,8 +51,8 @@ gradescope: $(STAMP)
 # Both editions: English in _build/html, Chinese (the catalogs of locales/zh_CN) in
 # _build/html/zh. Every page is rebuilt and every notebook executed once (the execute cache is
 # emptied first; the Chinese build reuses the English one's executed notebooks), warnings are
-# errors; the whole output goes to _build/book.log, and on failure the lines that matter and the log's path are shown (see
-# tools/build_book.py). Outside CI the setup cells are first brought in line with _config.yml;
+# errors; the whole output goes to _build/book.log, and on failure the lines that matter and
+# the log's path are shown (see tools/build_book.py). Outside CI the setup cells are first brought in line with _config.yml;
 # in CI they are only checked (tests/test_book.py), so a commit that forgot them fails.
 book: $(STAMP)
 ifndef CI

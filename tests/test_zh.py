@@ -285,3 +285,17 @@ def test_search_splits_a_query_in_the_browser_as_the_index_was_cut():
         'console.log(JSON.stringify(splitQuery("注意力 softmax 头")));')
     out = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == '["注意","意力","softmax","头"]'
+
+
+def test_chinese_pages_download_the_chinese_notebooks(tmp_path: Path):
+    import build_book
+
+    html, notebooks = tmp_path / "html", tmp_path / "zh"
+    (html / "_sources" / "chapters").mkdir(parents=True)
+    (notebooks / "chapters").mkdir(parents=True)
+    (html / "_sources" / "chapters" / "01_a.ipynb").write_text("english")
+    (notebooks / "chapters" / "01_a.ipynb").write_text("中文")
+    (notebooks / "chapters" / "99_not_in_the_book.ipynb").write_text("中文")
+    assert build_book.serve_chinese_notebooks(html, notebooks) == 1
+    assert (html / "_sources" / "chapters" / "01_a.ipynb").read_text() == "中文"
+    assert not (html / "_sources" / "chapters" / "99_not_in_the_book.ipynb").exists()
