@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 import build_book
 from book_support import ROOT
