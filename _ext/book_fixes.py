@@ -9,14 +9,16 @@ It also leaves out pydata-sphinx-theme's top navigation bar (see ``drop_navbar``
 punctuation on the line of the inline formula before it, and lets long names in inline
 code break after a dot or an underscore rather than anywhere (see ``fix_body``), and puts
 a link to the same page in the book's other language at the top of every page (see
-``edition_switch``).
+``edition_switch``), and makes the glossary's table translatable (see ``SourceOfEveryText``).
 """
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
 
 
 def _script_key(script: Any) -> tuple:
@@ -115,10 +117,35 @@ def edition_switch(app: Sphinx, pagename: str, templatename: str, context: dict,
                            + f'\n<link rel="alternate" hreflang="{language}" href="{href}" />')
 
 
+class SourceOfEveryText(SphinxTransform):
+    """Give every text node without a source and line those of its nearest ancestor that has
+    them.
+
+    MyST leaves them out on the cells of a table written inside a ``{table}`` directive (the
+    glossary), and Sphinx neither extracts for translation nor translates a text without a
+    source: the glossary's meanings would stay English in the Chinese edition. Runs before
+    Sphinx's translation transform (``Locale``, priority 20).
+    """
+
+    default_priority = 5
+
+    def apply(self, **kwargs: Any) -> None:
+        for node in self.document.findall(nodes.TextElement):
+            if node.source and node.line is not None:
+                continue
+            ancestor = node.parent
+            while ancestor is not None and not (ancestor.source and ancestor.line is not None):
+                ancestor = ancestor.parent
+            if ancestor is not None:
+                node.source = node.source or ancestor.source
+                node.line = ancestor.line if node.line is None else node.line
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", fix_body)
     app.connect("html-page-context", edition_switch)
+    app.add_transform(SourceOfEveryText)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -96,7 +96,8 @@ def test_ext_holds_only_the_books_sphinx_extensions():
     config = zh_config.edition_config("zh")
     local = config["sphinx"]["local_extensions"]
     in_ext = sorted(p.stem for p in (ROOT / "_ext").glob("*.py"))
-    assert in_ext == sorted(name for name, folder in local.items() if folder == "_ext")
+    assert in_ext == sorted(name for name, folder in local.items()
+                            if folder == str(ROOT / "_ext"))
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "tools").glob("*.py")))

@@ -7,7 +7,8 @@
 ``jupyter-book build --config`` replaces ``_config.yml`` rather than merging with it, so each
 of these is a full copy of it with a few keys changed; ``_config.yml`` stays the only file a
 person edits. Paths in it stay relative to the book's folder (Jupyter Book resolves them there,
-wherever the config file lies).
+wherever the config file lies), except the folders of local extensions, which Jupyter Book
+looks for beside the config file: they are written as absolute paths.
 
 - ``en`` and ``zh`` share one execute cache (``_build/.jupyter_cache``): the English build
   executes every notebook, the Chinese build reuses the executed notebooks. ``make book``
@@ -72,6 +73,11 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     config = copy.deepcopy(base if base is not None else base_config())
+    # Jupyter Book finds local extensions relative to the config file, which is not in the
+    # book's folder here: give their folders as absolute paths.
+    local = config.setdefault("sphinx", {}).get("local_extensions") or {}
+    for name, folder in local.items():
+        local[name] = str(ROOT / folder)
     execute = config.setdefault("execute", {})
     if kind == "gettext":
         execute["execute_notebooks"] = "off"
@@ -96,7 +102,7 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     # Merge these keys into Jupyter Book's defaults instead of replacing them.
     sphinx["recursive_update"] = True
     # Search that finds Chinese words (characters and bigrams, no word list): _ext/zh_search.py.
-    sphinx.setdefault("local_extensions", {})["zh_search"] = "_ext"
+    sphinx.setdefault("local_extensions", {})["zh_search"] = str(ROOT / "_ext")
     sphinx_config = sphinx.setdefault("config", {})
     sphinx_config.update(language=LANGUAGE, locale_dirs=[LOCALES], gettext_compact=False)
     return config

@@ -38,7 +38,13 @@ CATALOGS = ROOT / "locales" / zh_config.LANGUAGE / "LC_MESSAGES"
 GETTEXT = ROOT / "_build" / "gettext"  # jupyter-book's output folder of the extraction
 
 # The pages whose Chinese translation is finished: every message translated, none fuzzy.
-COMPLETE: tuple[str, ...] = ()
+COMPLETE: tuple[str, ...] = (
+    "intro",
+    "chapters/00_setup", "chapters/01_attention", "chapters/02_qkv_roles",
+    "chapters/03_multi_head",
+    "appendix/notation", "appendix/glossary", "appendix/references",
+    "appendix/interactive_figures", "appendix/exercise_notebooks", "appendix/instructors",
+)
 
 # Inline math in a message: $...$ (not $$), or MyST's {math}`...` role.
 _INLINE_MATH = re.compile(r"(?<![$\\])\$(?!\$)((?:\\.|[^$\\])+?)\$(?!\$)|\{math\}`[^`]*`")
