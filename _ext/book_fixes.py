@@ -9,14 +9,17 @@ It also leaves out pydata-sphinx-theme's top navigation bar (see ``drop_navbar``
 punctuation on the line of the inline formula before it, and lets long names in inline
 code break after a dot or an underscore rather than anywhere (see ``fix_body``), and puts
 a link to the same page in the book's other language at the top of every page (see
-``edition_switch``), and makes the glossary's table translatable (see ``SourceOfEveryText``).
+``edition_switch``), makes the glossary's table translatable (see ``SourceOfEveryText``) and
+translates the captions of the table of contents (see ``TranslateTocCaptions``).
 """
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 
@@ -141,6 +144,33 @@ class SourceOfEveryText(SphinxTransform):
                 node.line = ancestor.line if node.line is None else node.line
 
 
+class TranslateTocCaptions(SphinxTransform):
+    """Translate the captions of the table of contents (the parts in the sidebar).
+
+    Jupyter Book inserts the toctrees of ``_toc.yml`` into the root page (priority 100) after
+    Sphinx has translated the page (``Locale``, priority 20), so their captions, which the
+    extraction does find in the root page's catalog, would stay English.
+    """
+
+    default_priority = 150
+
+    def apply(self, **kwargs: Any) -> None:
+        language = self.config.language or "en"
+        if language.startswith("en") or not self.config.locale_dirs:
+            return
+        from sphinx.locale import init as init_locale
+        from sphinx.util.i18n import docname_to_domain
+
+        domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+        dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
+        catalog, found = init_locale(dirs, language, domain)
+        if not found:
+            return
+        for toctree in self.document.findall(addnodes.toctree):
+            if toctree.get("caption"):
+                toctree["caption"] = catalog.gettext(toctree["caption"])
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
@@ -148,4 +178,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", fix_body)
     app.connect("html-page-context", edition_switch)
     app.add_transform(SourceOfEveryText)
+    app.add_transform(TranslateTocCaptions)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
