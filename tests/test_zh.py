@@ -205,6 +205,14 @@ def test_translated_page_reads_in_chinese(html, page):
     assert _HAN.search(title), f"{page}: the title {title!r} is not in Chinese"
 
 
+@pytest.mark.book
+def test_glossary_table_and_sidebar_captions_are_translated(html):
+    glossary = (html / "zh" / "appendix" / "glossary.html").read_text(encoding="utf-8")
+    assert "<p>含义</p>" in glossary and "一次生成一个 token" in glossary
+    intro = (html / "zh" / "intro.html").read_text(encoding="utf-8")
+    assert 'caption-text">入门<' in intro and 'caption-text">附录<' in intro
+
+
 # The Chinese notebooks ---------------------------------------------------------------------
 
 
