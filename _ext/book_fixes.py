@@ -64,9 +64,10 @@ def drop_navbar(app: Sphinx, config: Any) -> None:
     config.html_theme_options.setdefault("navbar_persistent", [])
 
 
-# Inline math as Sphinx writes it, then the punctuation that follows it.
+# Inline math as Sphinx writes it, then the punctuation that follows it (Chinese full-width
+# punctuation too, for the Chinese edition).
 _MATH_THEN_PUNCTUATION = re.compile(
-    r'(<span class="math notranslate nohighlight">[^<]*</span>)([.,;:!?)\]’”]+)')
+    r'(<span class="math notranslate nohighlight">[^<]*</span>)([.,;:!?)\]’”，。；：！？）、]+)')
 # The text of inline code (``<code class="... literal ..."><span class="pre">...</span>``).
 _CODE_TEXT = re.compile(r'(<span class="pre">)([^<]*)(</span>)')
 # Where a long name may break: before a dot and after an underscore that join two parts of

@@ -308,3 +308,11 @@ def test_chinese_pages_download_the_chinese_notebooks(tmp_path: Path):
     assert build_book.serve_chinese_notebooks(html, notebooks) == 1
     assert (html / "_sources" / "chapters" / "01_a.ipynb").read_text() == "中文"
     assert not (html / "_sources" / "chapters" / "99_not_in_the_book.ipynb").exists()
+
+
+def test_chinese_punctuation_stays_on_the_line_of_the_formula_before_it():
+    math = '<span class="math notranslate nohighlight">\\(X\\)</span>'
+    context = {"body": f"<p>矩阵 {math}；然后 {math}，再 {math}。</p>"}
+    _book_fixes().fix_body(None, "page", "page.html", context, None)
+    for mark in "；，。":
+        assert f'<span class="math-nowrap">{math}{mark}</span>' in context["body"]
