@@ -15,9 +15,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 TEST_DEVICE = os.environ.get("TRANSFORMER_LIB_TEST_DEVICE", "cuda")
 
 
+# nbval waits 5 s for a cell's output messages once the kernel has replied; on a loaded
+# machine they can come later, and the cell would fail with "Timeout of 5 seconds exceeded
+# waiting for output" although it ran. The cells' own time limit is --nbval-cell-timeout.
+NBVAL_OUTPUT_TIMEOUT = 60
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip the tests marked `gpu`, with the reason, where they would need a missing CUDA
-    device."""
+    """Give nbval's cells time to deliver their outputs; skip the tests marked `gpu`, with
+    the reason, where they would need a missing CUDA device."""
+    for item in items:
+        if hasattr(item, "output_timeout"):  # a notebook cell collected by nbval
+            item.output_timeout = NBVAL_OUTPUT_TIMEOUT
     if not TEST_DEVICE.startswith("cuda"):
         return
     no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

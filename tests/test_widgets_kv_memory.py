@@ -69,13 +69,13 @@ def test_one_text_frame_per_combination_every_stack_linked(explorer):
     assert [label for label, _ in c["dtype"].options] == DTYPES
     stack = explorer.pictures["memory"]
     leaves = _leaves(stack)
-    assert len(leaves) == len(MODELS) * len(KV) * len(CONTEXTS) * len(DTYPES) == 588
+    assert len(leaves) == len(MODELS) * len(KV) * len(CONTEXTS) * len(DTYPES) == 336
     shown = [leaf.value for leaf in leaves if "cannot have" not in leaf.value]
-    assert len(set(shown)) == len(shown) == 588 - 3 * 7 * 3  # no two possible settings alike
+    assert len(set(shown)) == len(shown) == 336 - 3 * 7 * 3  # no two possible settings alike
     assert len(explorer.table) == len(leaves)
     order = [c["model"], c["kv_heads"], c["context"], c["dtype"]]
     by_depth = _stacks_by_depth(stack)
-    assert len(by_depth) == 4 and len(explorer.links) == 1 + 4 + 4 * 7 + 4 * 7 * 7
+    assert len(by_depth) == 4 and len(explorer.links) == 1 + 4 + 4 * 4 + 4 * 4 * 7
     for depth, stacks in by_depth.items():
         for s in stacks:
             found = [link for link in explorer.links if link.target == (s, "selected_index")]
@@ -210,7 +210,7 @@ def test_rejects_bad_arguments():
         W.kv_memory_explorer(dtypes=["float", "nonsense"])
     with pytest.raises(ValueError, match=r"budget_gb must be > 0, got 0"):
         W.kv_memory_explorer(budget_gb=0)
-    with pytest.raises(ValueError, match=r"= 1176 frames"):  # 4 × 7 × 14 × 3
+    with pytest.raises(ValueError, match=r"= 672 frames"):  # 4 × 4 × 14 × 3
         W.kv_memory_explorer(contexts=[1024 * (i + 1) for i in range(14)])
 
 

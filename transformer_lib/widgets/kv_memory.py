@@ -38,7 +38,10 @@ KV_PRESETS: dict[str, dict] = {
                         n_kv_heads=8, d_ff=28672),
 }
 KV_CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)  # tokens
-KV_HEAD_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+# MQA, the published GQA counts, MHA, and one a 32-head model cannot have. Few values: every
+# frame is a widget model, and a cell that opens over about a thousand of them can lose some
+# on their way to the saved page.
+KV_HEAD_CHOICES = (1, 8, 32, 64)
 KV_DTYPES = ("float32", "bfloat16", "float8_e4m3fn")  # the cache's dtype; weights: bfloat16
 WEIGHT_DTYPE = torch.bfloat16
 START = ("Llama 3 8B", 32768, "bfloat16")  # the first frame: this model, its own KV heads
