@@ -127,13 +127,19 @@ class SourceOfEveryText(SphinxTransform):
 
     MyST leaves them out on the cells of a table written inside a ``{table}`` directive (the
     glossary), and Sphinx neither extracts for translation nor translates a text without a
-    source: the glossary's meanings would stay English in the Chinese edition. Runs before
+    source: the glossary's meanings would stay English in the Chinese edition. The titles of
+    exercises get their text as raw source, for the same reason. Runs before
     Sphinx's translation transform (``Locale``, priority 20).
     """
 
     default_priority = 5
 
     def apply(self, **kwargs: Any) -> None:
+        for node in self.document.findall(nodes.subtitle):
+            # sphinx-exercise parses an exercise's title (its directive argument) into a
+            # subtitle with no raw source; Sphinx extracts a message from the raw source.
+            if type(node).__name__ == "exercise_subtitle" and not node.rawsource:
+                node.rawsource = node.astext()
         for node in self.document.findall(nodes.TextElement):
             if node.source and node.line is not None:
                 continue
@@ -172,6 +178,39 @@ class TranslateTocCaptions(SphinxTransform):
                 toctree["caption"] = catalog.gettext(toctree["caption"])
 
 
+_EXERCISES = ("exercise_node", "exercise_enumerable_node")
+
+
+def keep_exercise_titles(app: Sphinx, doctree: nodes.document) -> None:
+    """Note each exercise's title (text, source, line) on the exercise node, for the
+    extraction of messages (see extract_exercise_titles)."""
+    if app.builder.name != "gettext":
+        return
+    for node in doctree.findall(nodes.subtitle):
+        if type(node).__name__ == "exercise_subtitle" and node.rawsource:
+            node.parent.parent["title_message"] = (node.rawsource, node.source, node.line)
+
+
+def extract_exercise_titles(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Add the exercises' titles to the page's message catalog (the gettext builder only).
+
+    Sphinx translates an exercise's title where the page is read (SourceOfEveryText gives it
+    a raw source), but it extracts the messages of a page as written, after sphinx-exercise
+    has folded the title into "Exercise N (title)", so the title alone would never reach the
+    catalog.
+    """
+    if app.builder.name != "gettext":
+        return
+    from sphinx.builders.gettext import MsgOrigin
+    from sphinx.util.i18n import docname_to_domain
+
+    catalog = app.builder.catalogs[docname_to_domain(docname, app.config.gettext_compact)]
+    for node in doctree.findall(lambda n: type(n).__name__ in _EXERCISES):
+        if "title_message" in node:
+            text, source, line = node["title_message"]
+            catalog.add(text, MsgOrigin(source, line))
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
@@ -180,4 +219,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", edition_switch)
     app.add_transform(SourceOfEveryText)
     app.add_transform(TranslateTocCaptions)
+    app.connect("doctree-read", keep_exercise_titles)
+    app.connect("doctree-resolved", extract_exercise_titles)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

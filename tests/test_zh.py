@@ -205,6 +205,20 @@ def test_translated_page_reads_in_chinese(html, page):
     assert _HAN.search(title), f"{page}: the title {title!r} is not in Chinese"
 
 
+_EXERCISE_TITLE = re.compile(r'<span class="caption-number">练习 [\d.]+ </span>\s*\((.*?)\)</p>', re.S)
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", [p for p in zh_messages.COMPLETE if p.startswith("chapters/")])
+def test_exercise_titles_are_translated(html, page):
+    english = (html / f"{page}.html").read_text(encoding="utf-8")
+    chinese = (html / "zh" / f"{page}.html").read_text(encoding="utf-8")
+    titles = _EXERCISE_TITLE.findall(chinese)
+    assert len(titles) == english.count('class="exercise admonition') > 0, page
+    untranslated = [title for title in titles if not _HAN.search(title)]
+    assert not untranslated, f"{page}: exercise titles in English: {untranslated}"
+
+
 @pytest.mark.book
 def test_glossary_table_and_sidebar_captions_are_translated(html):
     glossary = (html / "zh" / "appendix" / "glossary.html").read_text(encoding="utf-8")
@@ -232,6 +246,13 @@ def test_chinese_notebooks_keep_the_code_and_metadata_of_the_english_ones(folder
         assert en["metadata"] == zh["metadata"], chinese  # the grader's chapter id included
         assert [c for c in en["cells"] if c["cell_type"] != "markdown"] == \
             [c for c in zh["cells"] if c["cell_type"] != "markdown"], chinese
+
+
+def test_student_copy_exercise_headings_are_translated():
+    english = ROOT / "exercises" / "04_normalisation.ipynb"
+    text = zh_notebooks.translated_notebook(english, "chapters/04_normalisation")
+    assert "**Exercise " not in text
+    assert re.search(r"\*\*练习 1（热身：[^）]+）\*\*", text)
 
 
 def test_translation_leaves_code_blocks_and_untranslated_text_alone():

@@ -41,7 +41,9 @@ GETTEXT = ROOT / "_build" / "gettext"  # jupyter-book's output folder of the ext
 COMPLETE: tuple[str, ...] = (
     "intro",
     "chapters/00_setup", "chapters/01_attention", "chapters/02_qkv_roles",
-    "chapters/03_multi_head",
+    "chapters/03_multi_head", "chapters/04_normalisation", "chapters/05_positional",
+    "chapters/06_modern_decoder", "chapters/07_kv_cache", "chapters/08_fast_attention",
+    "chapters/09_attention_variants",
     "appendix/notation", "appendix/glossary", "appendix/references",
     "appendix/interactive_figures", "appendix/exercise_notebooks", "appendix/instructors",
 )

@@ -110,6 +110,15 @@ def translate_markdown(source: str, pairs: list[tuple[str, str]]) -> str:
     return "".join(out)
 
 
+# A student copy's exercise heading (tools/make_student.py), whose title the catalog translates.
+_EXERCISE_HEAD = re.compile(r"^\*\*Exercise (\d+)(?: \((.*)\))?\*\*", re.M)
+
+
+def _exercise_head(match: re.Match) -> str:
+    title = f"（{match.group(2)}）" if match.group(2) else ""
+    return f"**练习 {match.group(1)}{title}**"
+
+
 def translated_notebook(path: Path, page: str) -> str:
     """The text of the Chinese copy of the notebook at ``path``.
 
@@ -126,6 +135,7 @@ def translated_notebook(path: Path, page: str) -> str:
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             text = translate_markdown("".join(cell["source"]), pairs)
+            text = _EXERCISE_HEAD.sub(_exercise_head, text)
             cell["source"] = text.splitlines(keepends=True)
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
