@@ -44,7 +44,7 @@ def test_chinese_config_changes_only_language_locales_execution_and_address():
             assert chinese[key] == english[key], key
     assert chinese["sphinx"]["local_extensions"] == {  # absolute: see tools/zh_config.py
         **{name: str(ROOT / folder) for name, folder in english["sphinx"]["local_extensions"].items()},
-        "zh_search": str(ROOT / "_ext")}
+        "zh_search": str(ROOT / "_ext"), "zh_widgets": str(ROOT / "_ext")}
     for key, value in english["sphinx"]["config"].items():
         assert chinese["sphinx"]["config"][key] == value, key
     assert config() == english  # the English config was not modified
@@ -337,3 +337,95 @@ def test_chinese_punctuation_stays_on_the_line_of_the_formula_before_it():
     _book_fixes().fix_body(None, "page", "page.html", context, None)
     for mark in "；，。":
         assert f'<span class="math-nowrap">{math}{mark}</span>' in context["body"]
+
+
+# The explorers' own words (_ext/zh_widgets.py) -------------------------------------------------
+
+
+def _zh_widgets():
+    spec = importlib.util.spec_from_file_location("zh_widgets", ROOT / "_ext" / "zh_widgets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _explorer_state() -> dict:
+    def model(name, **fields):
+        return {"model_name": name, "state": fields}
+
+    return {
+        "a": model("HTMLModel", value="<b>Caption.</b> Try it.", placeholder="\u200b"),
+        "b": model("HTMLModel", value="<p>d = 4: 0.25</p>", _dom_classes=["explorer-frame"]),
+        "c": model("SelectionSliderModel", description="heads", _options_labels=["1", "2"],
+                   index=0),
+        "d": model("DropdownModel", description="stack", _options_labels=["decoder", "encoder"],
+                   index=1),
+        "e": model("AccordionModel", titles=["Live (needs a kernel)"]),
+        "f": model("StackModel", titles=["", ""], selected_index=0),
+    }
+
+
+def test_explorer_words_are_found_and_frames_and_numbers_left_alone():
+    words = _zh_widgets().strings(_explorer_state())
+    assert words == ["<b>Caption.</b> Try it.", "heads", "stack", "decoder", "encoder",
+                     "Live (needs a kernel)"]
+
+
+def test_explorer_words_are_translated_and_the_values_kept():
+    zh_widgets = _zh_widgets()
+    state = _explorer_state()
+    chinese = {"<b>Caption.</b> Try it.": "<b>说明。</b>试试。", "heads": "头数",
+               "decoder": "解码器", "Live (needs a kernel)": "实时（需要内核）"}
+    assert zh_widgets.translate_state(state, lambda text: chinese.get(text, text)) == 4
+    assert state["a"]["state"]["value"] == "<b>说明。</b>试试。"
+    assert state["b"]["state"]["value"] == "<p>d = 4: 0.25</p>"  # a frame: as drawn
+    assert state["c"]["state"] == {"description": "头数", "_options_labels": ["1", "2"],
+                                   "index": 0}
+    assert state["d"]["state"]["_options_labels"] == ["解码器", "encoder"]  # no translation yet
+    assert state["d"]["state"]["index"] == 1
+    assert state["e"]["state"]["titles"] == ["实时（需要内核）"]
+
+
+def test_chinese_page_gets_translated_widget_state():
+    zh_widgets = _zh_widgets()
+    import json
+
+    body = json.dumps({"version_major": 2, "state": _explorer_state()})
+    script = SimpleNamespace(attributes={"type": zh_widgets.STATE_TYPE, "body": body})
+    app = SimpleNamespace(zh_widget_translations={"<b>Caption.</b> Try it.": "<b>说明</b>：试试"})
+    zh_widgets._translate_page(app, "chapters/01_x", "page.html", {"script_files": [script]}, None)
+    assert "</" not in script.attributes["body"]  # nothing closes the script element early
+    state = json.loads(script.attributes["body"])["state"]
+    assert state["a"]["state"]["value"] == "<b>说明</b>：试试"
+
+
+def test_explorer_words_catalog_is_complete():
+    assert zh_messages.problems(zh_messages.WIDGETS) == []
+
+
+@pytest.mark.book
+def test_explorer_words_catalog_is_in_step_with_the_english_pages(html):
+    with zh_messages.catalog(zh_messages.WIDGETS).open("rb") as f:
+        held = {m.id for m in read_po(f) if m.id}
+    found = zh_messages.widget_messages(html)
+    assert len(found) == 9, sorted(found)  # chapters 1-9 each have an explorer
+    missing = {page: [t for t in texts if t not in held] for page, texts in found.items()}
+    assert not any(missing.values()), f"run `make locales` and translate: {missing}"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", [f"chapters/{p.stem}" for p in
+                                  sorted((ROOT / "chapters").glob("0[1-9]_*.ipynb"))])
+def test_chinese_explorers_speak_chinese(html, page):
+    zh_widgets = _zh_widgets()
+    with zh_messages.catalog(zh_messages.WIDGETS).open("rb") as f:
+        kept = {m.id for m in read_po(f) if m.id and m.string == m.id}  # names: no translation
+    english = zh_widgets.strings(zh_widgets.page_state(
+        (html / f"{page}.html").read_text(encoding="utf-8"))["state"])
+    chinese = zh_widgets.strings(zh_widgets.page_state(
+        (html / "zh" / f"{page}.html").read_text(encoding="utf-8"))["state"])
+    assert len(chinese) == len(english)
+    still_english = [text for text in chinese if text in english and text not in kept]
+    assert not still_english, f"{page}: {still_english}"
+    captions = [text for text in chinese if text.startswith("<b>")]
+    assert captions and all(_HAN.search(text) for text in captions), page

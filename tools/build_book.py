@@ -7,7 +7,9 @@ rebuilt and warnings are errors. The English edition is built into ``_build/html
 notebook executed into an execute cache emptied first (so a change in ``transformer_lib`` alone
 shows up); the Chinese edition (``tools/zh_config.py zh``: the translations of
 ``locales/zh_CN``) is then built from the same notebooks, reusing the executed ones from the
-cache, and copied to ``_build/html/zh``. ``--edition en`` builds the English one alone. The
+cache, and copied to ``_build/html/zh``. ``--edition en`` builds the English one alone;
+``--edition zh`` the Chinese one alone, from the last English build's cache (after a change
+to the translations only; it leaves ``_build/book.ok`` as it was). The
 whole output goes to ``_build/book.log``. On success ``_build/book.ok`` is written (the book
 tests reuse a build that is newer than its sources) and the time each edition took is printed.
 On failure the script prints the Sphinx warnings and errors, the notebook that failed with
@@ -147,24 +149,30 @@ def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
     build's exit status, else 0.
 
     Args:
-        editions: ``("en",)`` or ``("en", "zh")``: the English edition is always built (it
-            executes the notebooks the Chinese one reuses).
+        editions: ``("en", "zh")``, ``("en",)``, or ``("zh",)``: the English edition executes
+            the notebooks into the cache that the Chinese one reuses, so the Chinese edition
+            alone (a translation's quick check) needs an English build before it.
     """
     BUILD.mkdir(exist_ok=True)
-    OK.unlink(missing_ok=True)
-    shutil.rmtree(zh_config.CACHE, ignore_errors=True)  # every notebook executed once, afresh
-    print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
-    start = time.monotonic()
-    english = zh_config.write("en", CONFIGS / "en.yml")
-    status = _run([*BUILD_ARGS, "--config", str(english)], LOG, "w")
-    if status != 0:
-        return _failed(status)
-    print(f"English edition built in {time.monotonic() - start:.0f} s: {INDEX}", flush=True)
+    if "en" in editions:
+        OK.unlink(missing_ok=True)
+        shutil.rmtree(zh_config.CACHE, ignore_errors=True)  # every notebook executed once, afresh
+        print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
+        start = time.monotonic()
+        english = zh_config.write("en", CONFIGS / "en.yml")
+        status = _run([*BUILD_ARGS, "--config", str(english)], LOG, "w")
+        if status != 0:
+            return _failed(status)
+        print(f"English edition built in {time.monotonic() - start:.0f} s: {INDEX}", flush=True)
+    elif not zh_config.CACHE.exists():
+        print("the Chinese edition reuses the English one's executed notebooks: build both "
+              "(make book) first")
+        return 2
     if "zh" in editions:
         start = time.monotonic()
         chinese = zh_config.write("zh", CONFIGS / "zh.yml")
         status = _run([*BUILD_ARGS, "--config", str(chinese), "--path-output", str(ZH_BUILD)],
-                      LOG, "a")
+                      LOG, "a" if "en" in editions else "w")
         if status != 0:
             return _failed(status)
         shutil.rmtree(ZH_HTML, ignore_errors=True)
@@ -172,16 +180,18 @@ def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
         serve_chinese_notebooks(ZH_HTML)
         print(f"Chinese edition built in {time.monotonic() - start:.0f} s: "
               f"{ZH_HTML / INDEX.name}")
-    OK.touch()
+    if editions == ("en", "zh"):
+        OK.touch()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--edition", choices=("all", "en"), default="all",
-                        help="en: the English edition alone (default: both)")
+    parser.add_argument("--edition", choices=("all", "en", "zh"), default="all",
+                        help="en: the English edition alone; zh: the Chinese one alone, from "
+                             "the notebooks the last English build executed (default: both)")
     args = parser.parse_args(argv)
-    return build(("en",) if args.edition == "en" else ("en", "zh"))
+    return build({"all": ("en", "zh"), "en": ("en",), "zh": ("zh",)}[args.edition])
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ def edition_config(kind: str, base: dict[str, Any] | None = None,
     sphinx["recursive_update"] = True
     # Search that finds Chinese words (characters and bigrams, no word list): _ext/zh_search.py.
     sphinx.setdefault("local_extensions", {})["zh_search"] = str(ROOT / "_ext")
+    # The explorers' captions, control names and option labels: _ext/zh_widgets.py.
+    sphinx["local_extensions"]["zh_widgets"] = str(ROOT / "_ext")
     sphinx_config = sphinx.setdefault("config", {})
     sphinx_config.update(language=LANGUAGE, locale_dirs=[LOCALES], gettext_compact=False)
     return config

@@ -12,6 +12,11 @@ changed one arrives marked fuzzy with the old translation beside it, and the Chi
 shows both in English until a translator deals with them. A change to English text therefore
 runs ``update`` and commits the catalogs with it (CONTRIBUTING.md).
 
+The explorers' own words (captions, control names, option labels) are not in the pages'
+Markdown but in the saved state of their widgets: ``update`` also collects them from the
+built English edition (``_build/html``, so after ``make book``) into one more catalog,
+``widgets.po``, which the Chinese build applies (``_ext/zh_widgets.py``).
+
 ``COMPLETE`` lists the pages whose translation is finished; ``check`` (and tests/test_zh.py)
 fail when one of their messages is untranslated or fuzzy, when a translation's inline math
 differs from its English message's, when its bold, italics, inline code or links do (as MyST
@@ -27,7 +32,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from babel.messages.pofile import read_po
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
 from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
@@ -36,6 +42,8 @@ import zh_config
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGS = ROOT / "locales" / zh_config.LANGUAGE / "LC_MESSAGES"
 GETTEXT = ROOT / "_build" / "gettext"  # jupyter-book's output folder of the extraction
+ENGLISH_HTML = ROOT / "_build" / "html"  # the English edition, as `make book` writes it
+WIDGETS = "widgets"  # the catalog of the explorers' words (_ext/zh_widgets.py)
 
 # The pages whose Chinese translation is finished: every message translated, none fuzzy.
 COMPLETE: tuple[str, ...] = (
@@ -94,6 +102,68 @@ def update(templates: Path) -> None:
     subprocess.run([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
                     "-l", zh_config.LANGUAGE, "-d", str(ROOT / "locales"), "-w", "0", "-j", "1"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def _zh_widgets():
+    """``_ext/zh_widgets.py``: where the explorers' words are in a widget state."""
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        import zh_widgets
+    finally:
+        sys.path.pop(0)
+    return zh_widgets
+
+
+def widget_messages(html: Path = ENGLISH_HTML) -> dict[str, list[str]]:
+    """The explorers' words on each page of the built English edition (see _ext/zh_widgets.py).
+
+    Args:
+        html: the English edition's folder (``make book`` writes it).
+
+    Returns:
+        Page (path without suffix) -> the strings of its widget state, in order; pages
+        without widgets are left out.
+
+    Raises:
+        FileNotFoundError: if the English edition has not been built.
+    """
+    if not (html / "index.html").exists():
+        raise FileNotFoundError(f"{html} holds no built book: run `make book` first")
+    zh_widgets = _zh_widgets()
+    found = {}
+    for path in sorted(html.glob("chapters/*.html")):
+        state = zh_widgets.page_state(path.read_text(encoding="utf-8"))
+        if state is not None:
+            found[f"chapters/{path.stem}"] = zh_widgets.strings(state["state"])
+    return found
+
+
+def update_widgets(html: Path = ENGLISH_HTML) -> Path:
+    """Bring ``widgets.po`` in step with the explorers' words of the built English edition:
+    new strings arrive untranslated, changed ones fuzzy beside the old translation, and
+    strings no page shows any more are dropped.
+
+    Args:
+        html: as in ``widget_messages``.
+
+    Returns:
+        The catalog's path.
+    """
+    template = Catalog(project=zh_config.TITLE, fuzzy=False)
+    for page, texts in widget_messages(html).items():
+        for text in texts:
+            template.add(text, locations=[(page, 0)])
+    path = catalog(WIDGETS)
+    if path.exists():
+        with path.open("rb") as f:
+            held = read_po(f)
+    else:
+        held = Catalog(locale=zh_config.LANGUAGE, project=zh_config.TITLE, fuzzy=False)
+    held.update(template, update_header_comment=False, update_creation_date=False)
+    held.obsolete.clear()
+    with path.open("wb") as f:
+        write_po(f, held, width=0, omit_header=False)
+    return path
 
 
 def catalog(page: str) -> Path:
@@ -159,9 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "update":
         update(extract())
         print(f"catalogs updated: {CATALOGS.relative_to(ROOT)}")
+        try:
+            path = update_widgets()
+        except FileNotFoundError as error:
+            print(f"explorers' words not updated: {error}")
+            return 1
+        print(f"explorers' words updated from the built English edition: {path.relative_to(ROOT)}")
         return 0
-    found = [line for page in COMPLETE for line in problems(page)]
-    print("\n".join(found) or f"{len(COMPLETE)} translated pages complete")
+    found = [line for page in (*COMPLETE, WIDGETS) for line in problems(page)]
+    print("\n".join(found) or f"{len(COMPLETE)} translated pages and the explorers' words complete")
     return 1 if found else 0
 
 
