@@ -279,45 +279,51 @@ def test_widget_controls_move_by_keyboard_and_change_the_picture(server, browser
     in turn, ArrowRight changes the picture, ArrowLeft puts it back."""
     page, problems = browser.open(f"{server}/{docname}.html")
     try:
-        _wait_for_widgets(page)
-        roots = _widget_roots(page)
-        assert roots.count() >= 1
-        for r in range(roots.count()):
-            root = roots.nth(r)
-            root.scroll_into_view_if_needed()
-            # Toggle buttons take the focus one button at a time and ignore the arrow keys.
-            assert root.locator(".widget-toggle-buttons").count() == 0, (
-                f"widget {r} has ToggleButtons, which the arrow keys do not move: use a Dropdown")
-            root.evaluate("""r => {  // a focus point just before the widget
-                const start = document.createElement('span');
-                start.tabIndex = -1;
-                r.parentElement.insertBefore(start, r);
-                start.focus();
-            }""")
-            moved = 0
-            for _ in range(40):
-                kind = _tab_to_next_control(page, root)
-                if kind is None:
-                    break
-                if kind not in ("slider", "select"):
-                    continue
-                before = _picture(root)
-                page.keyboard.press("ArrowRight")
-                after = _picture(root)
-                assert before != after, f"{kind} {moved} of widget {r}: ArrowRight left the picture"
-                page.keyboard.press("ArrowLeft")  # back, so the next control starts from frame 0
-                assert _picture(root) == before, f"{kind} {moved} of widget {r}: ArrowLeft did not undo"
-                moved += 1
-            controls = root.locator(".noUi-handle, select")
-            visible = [controls.nth(i) for i in range(controls.count()) if controls.nth(i).is_visible()]
-            missed = [c.evaluate("e => e.closest('.jupyter-widgets').innerText")
-                      for c in visible if c.get_attribute("data-tabbed") is None]
-            assert visible and not missed, f"widget {r}: controls that Tab never reaches: {missed}"
-            assert moved == len(visible)
+        drive_every_control(page)
         assert not problems, "\n".join(problems)
         assert not browser.outside, f"requests that left the machine: {browser.outside}"
     finally:
         page.close()
+
+
+def drive_every_control(page) -> None:
+    """Tab through every widget of the page: each slider and dropdown takes the focus in turn,
+    ArrowRight changes the picture and ArrowLeft puts it back (the test above)."""
+    _wait_for_widgets(page)
+    roots = _widget_roots(page)
+    assert roots.count() >= 1
+    for r in range(roots.count()):
+        root = roots.nth(r)
+        root.scroll_into_view_if_needed()
+        # Toggle buttons take the focus one button at a time and ignore the arrow keys.
+        assert root.locator(".widget-toggle-buttons").count() == 0, (
+            f"widget {r} has ToggleButtons, which the arrow keys do not move: use a Dropdown")
+        root.evaluate("""r => {  // a focus point just before the widget
+            const start = document.createElement('span');
+            start.tabIndex = -1;
+            r.parentElement.insertBefore(start, r);
+            start.focus();
+        }""")
+        moved = 0
+        for _ in range(40):
+            kind = _tab_to_next_control(page, root)
+            if kind is None:
+                break
+            if kind not in ("slider", "select"):
+                continue
+            before = _picture(root)
+            page.keyboard.press("ArrowRight")
+            after = _picture(root)
+            assert before != after, f"{kind} {moved} of widget {r}: ArrowRight left the picture"
+            page.keyboard.press("ArrowLeft")  # back, so the next control starts from frame 0
+            assert _picture(root) == before, f"{kind} {moved} of widget {r}: ArrowLeft did not undo"
+            moved += 1
+        controls = root.locator(".noUi-handle, select")
+        visible = [controls.nth(i) for i in range(controls.count()) if controls.nth(i).is_visible()]
+        missed = [c.evaluate("e => e.closest('.jupyter-widgets').innerText")
+                  for c in visible if c.get_attribute("data-tabbed") is None]
+        assert visible and not missed, f"widget {r}: controls that Tab never reaches: {missed}"
+        assert moved == len(visible)
 
 
 @pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
