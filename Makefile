@@ -67,6 +67,7 @@ endif
 # locales/zh_CN (new ones untranslated, changed ones fuzzy); commit the catalogs with the change
 # (tools/zh_messages.py; `tools/zh_messages.py check` lists what the translated pages miss),
 # and rewrite the Chinese notebooks zh/chapters and zh/exercises from them (tools/zh_notebooks.py).
+# The explorers' words (widgets.po) are collected from the built English edition: make book first.
 locales: $(STAMP)
 	@$(PY) tools/zh_messages.py update
 	@$(PY) tools/zh_notebooks.py --write
