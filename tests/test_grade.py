@@ -32,6 +32,8 @@ pytestmark = pytest.mark.slow
 CHAPTER = ROOT / "chapters" / "00_setup.ipynb"  # the quickest chapter to run
 STUDENT = ROOT / "exercises" / "00_setup.ipynb"
 OTHER = ROOT / "exercises" / "01_attention.ipynb"
+ZH_CHAPTER = ROOT / "zh" / "chapters" / "00_setup.ipynb"
+ZH_STUDENT = ROOT / "zh" / "exercises" / "00_setup.ipynb"
 WRONG = wrong("mha_shapes")  # what the real checker fails
 PLANT_AT_RUN_TIME = plant_at_run_time("mha_shapes")
 IMPORT_HOOK = import_hook("mha_shapes")
@@ -72,6 +74,9 @@ def graded(tmp_path_factory):
     put("mallory", "00_setup.ipynb", with_cell(
         STUDENT, f"import sys\nsys.path.insert(0, {str(folder / 'mallory')!r})\n{WRONG}"))
     put("nia", "00_setup.ipynb", with_cell(STUDENT, PLANT_AT_RUN_TIME))
+    # The Chinese edition's notebooks (zh/): the same code and metadata, the text translated.
+    put("lin", "00_setup.ipynb", nbformat.read(ZH_CHAPTER, as_version=4))
+    put("mei", "作业.ipynb", nbformat.read(ZH_STUDENT, as_version=4))
     put("trudy", "00_setup.ipynb", with_cell(STUDENT, IMPORT_HOOK))
     out = folder.parent / "gradebook.csv"
     rows = grade.grade(folder, out, jobs=2, timeout=90, progress=False)
@@ -89,6 +94,14 @@ def test_full_solution_passes_everything(graded):
     row = _row(table, "alice")
     assert row["status"] == "ok" and row["chapter"] == "00_setup"
     assert (row["passed"], row["total"]) == ("1", "1") and row["00_setup:mha_shapes"] == "pass"
+
+
+def test_chinese_notebooks_are_graded_as_their_chapter(graded):
+    lin, mei = _row(graded[1], "lin"), _row(graded[1], "mei")
+    assert (lin["status"], lin["chapter"], lin["passed"], lin["total"]) == (
+        "ok", "00_setup", "1", "1")
+    assert (mei["status"], mei["chapter"], mei["passed"]) == ("ok", "00_setup", "0")
+    assert mei["00_setup:mha_shapes"] == "not attempted"
 
 
 def test_untouched_copy_is_not_attempted(graded):
