@@ -19,35 +19,21 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from train_text_model import VAL_FRACTION, bundled_splits, machine  # the same text and split
 
-from transformer_lib.text import (
-    CharTokenizer,
-    evaluate_loss,
-    load_text,
-    split_ids,
-    text_config,
-    train_text_model,
-)
+from transformer_lib.text import evaluate_loss, text_config, train_text_model
 
 DATA = Path(__file__).resolve().parent.parent / "transformer_lib" / "data"
-VAL_FRACTION = 0.1
 TRAIN = dict(batch_size=32, seq_len=64, lr=5e-3, warmup=15)  # the chapter's run
 BUDGETS = (150, 600)  # training steps
 SEEDS = (0, 1, 2)
 VARIANTS = (("swiglu", "rms"), ("relu", "rms"), ("swiglu", "layer"), ("relu", "layer"))
-
-
-def _machine(threads: int) -> str:
-    return (f"{platform.machine()} CPU ({os.cpu_count()} cores), {threads} thread(s), "
-            f"torch {torch.__version__}, Python {platform.python_version()}")
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -55,9 +41,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def run(out: Path, budgets: tuple[int, ...], seeds: tuple[int, ...], threads: int) -> None:
-    text = load_text()
-    tokenizer = CharTokenizer.from_text(text)
-    train_ids, val_ids = split_ids(tokenizer.encode(text), VAL_FRACTION)
+    tokenizer, train_ids, val_ids = bundled_splits()
     config = text_config(tokenizer.vocab_size)
     start = time.perf_counter()
     results = []
@@ -93,7 +77,7 @@ def run(out: Path, budgets: tuple[int, ...], seeds: tuple[int, ...], threads: in
                      "relu_d_ff": 3 * config.d_ff // 2, **TRAIN, "seeds": list(seeds)},
         "budgets": results,
         "total_seconds": round(total, 1),
-        "measured_on": _machine(threads),
+        "measured_on": machine(threads),
         "date": datetime.date.today().isoformat(),
     }
     out.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
@@ -104,7 +88,7 @@ def run(out: Path, budgets: tuple[int, ...], seeds: tuple[int, ...], threads: in
             print(f"  {row['name']:13s} validation {row['val']['mean']:.4f} "
                   f"({row['val']['min']:.4f}-{row['val']['max']:.4f}); minus swiglu+rms "
                   f"{d['min']:+.4f} to {d['max']:+.4f}")
-    print(f"wrote {out}; the comparison took {total:.0f} s on {_machine(threads)}")
+    print(f"wrote {out}; the comparison took {total:.0f} s on {machine(threads)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,15 +56,23 @@ SWEEP_NAMES = {4: "MHA", 2: "GQA", 1: "MQA"}
 SWEEP_TRAIN = dict(steps=300, batch_size=32, seq_len=64, lr=3e-3, warmup=30)
 
 
-def _machine(threads: int) -> str:
+def machine(threads: int) -> str:
+    """The machine a run was measured on, as the data files record it."""
     return (f"{platform.machine()} CPU ({os.cpu_count()} cores), {threads} thread(s), "
             f"torch {torch.__version__}, Python {platform.python_version()}")
 
 
-def train_checkpoint(out: Path, steps: int, seed: int, threads: int) -> None:
+def bundled_splits() -> tuple[CharTokenizer, list[int], list[int]]:
+    """The bundled text's tokenizer, and its ids cut into training and validation parts (the
+    last ``VAL_FRACTION`` of the text)."""
     text = load_text()
     tokenizer = CharTokenizer.from_text(text)
     train_ids, val_ids = split_ids(tokenizer.encode(text), VAL_FRACTION)
+    return tokenizer, train_ids, val_ids
+
+
+def train_checkpoint(out: Path, steps: int, seed: int, threads: int) -> None:
+    tokenizer, train_ids, val_ids = bundled_splits()
     config = text_config(tokenizer.vocab_size, **MODEL)
     settings = {**TRAIN, "steps": steps, "warmup": min(TRAIN["warmup"], steps // 10)}
     n_params = sum(p.numel() for p in Decoder(config).parameters())
@@ -86,7 +94,7 @@ def train_checkpoint(out: Path, steps: int, seed: int, threads: int) -> None:
         "val_loss": val_loss,  # evaluate_loss(model, val_ids, seq_len), all of val_ids
         "val_curve": {"step": history["val_step"], "loss": history["val_loss"]},
         "train_seconds": round(seconds, 1),
-        "trained_on": _machine(threads),
+        "trained_on": machine(threads),
         "date": datetime.date.today().isoformat(),
     }
     save_text_model(out, model, tokenizer, **info)
@@ -97,13 +105,11 @@ def train_checkpoint(out: Path, steps: int, seed: int, threads: int) -> None:
           f"last training loss {train_loss:.4f}")
     print("sample:", repr(generate_text(reloaded, tok, "MACBETH.\n", 120)))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB); "
-          f"training took {seconds:.0f} s on {_machine(threads)}")
+          f"training took {seconds:.0f} s on {machine(threads)}")
 
 
 def run_sweep(out: Path, seeds: list[int], steps: int, threads: int) -> None:
-    text = load_text()
-    tokenizer = CharTokenizer.from_text(text)
-    train_ids, val_ids = split_ids(tokenizer.encode(text), VAL_FRACTION)
+    tokenizer, train_ids, val_ids = bundled_splits()
     settings = {**SWEEP_TRAIN, "steps": steps, "warmup": min(SWEEP_TRAIN["warmup"], steps // 10)}
     start = time.perf_counter()
     results = []
@@ -144,14 +150,14 @@ def run_sweep(out: Path, seeds: list[int], steps: int, threads: int) -> None:
                      **settings, "seeds": seeds},
         "results": results,
         "total_seconds": round(total, 1),
-        "measured_on": _machine(threads),
+        "measured_on": machine(threads),
         "date": datetime.date.today().isoformat(),
     }
     out.write_text(json.dumps(sweep, indent=1) + "\n", encoding="utf-8")
     print("\n".join(f"{r['name']}: {r['mean']:.4f} ± {r['std']:.4f} "
                     f"(minus MHA {r['minus_mha_mean']:+.4f} ± {r['minus_mha_std']:.4f})"
                     for r in results))
-    print(f"wrote {out}; the sweep took {total:.0f} s on {_machine(threads)}")
+    print(f"wrote {out}; the sweep took {total:.0f} s on {machine(threads)}")
 
 
 def main(argv: list[str] | None = None) -> int:

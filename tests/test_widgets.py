@@ -11,6 +11,7 @@ from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import every_model, every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.attention import record_weights
@@ -23,24 +24,9 @@ N_EXAMPLES, SEQ_LEN, SEED = 2, 4, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _images(widget) -> list[widgets.Image]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _images(child)]
-
-
-def _stacks_by_depth(stack, depth=0, out=None) -> dict[int, list[widgets.Stack]]:
-    out = {} if out is None else out
-    out.setdefault(depth, []).append(stack)
-    for child in stack.children:
-        if isinstance(child, widgets.Stack):
-            _stacks_by_depth(child, depth + 1, out)
-    return out
-
-
 def _assert_linked(stack, links, controls):
     """Every Stack at depth d has exactly one jslink from controls[d] to its selected_index."""
-    by_depth = _stacks_by_depth(stack)
+    by_depth = stacks_by_depth(stack)
     assert len(by_depth) == len(controls)
     assert len(links) == sum(len(stacks) for stacks in by_depth.values())
     for depth, stacks in by_depth.items():
@@ -84,7 +70,7 @@ def rope():
 
 
 def test_attention_explorer_has_one_frame_per_combination(explorer):
-    frames = _images(explorer.pictures["attention"])
+    frames = images(explorer.pictures["attention"])
     assert len(frames) == N_EXAMPLES * 2 * 2 * (SEQ_LEN + 1)
     values = [bytes(f.value) for f in frames]  # Image.value is a memoryview
     assert all(v.startswith(PNG_MAGIC) for v in values)
@@ -246,7 +232,7 @@ def test_rope_score_table_depends_on_offset_only():
 
 
 def _links_of(stack, links):
-    stacks = [s for group in _stacks_by_depth(stack).values() for s in group]
+    stacks = [s for group in stacks_by_depth(stack).values() for s in group]
     return [link for link in links if any(link.target == (s, "selected_index") for s in stacks)]
 
 
@@ -256,12 +242,12 @@ def test_rope_explorer_frames_links_and_lookup(rope):
     assert c["i"].max == 1
     assert [label for label, _ in c["pairing"].options] == list(PAIRINGS)
     pair, score = rope.pictures["pair"], rope.pictures["score"]
-    assert len(_images(pair)) == 2 * 4 * 2 and len(_images(score)) == 2 * 4
+    assert len(images(pair)) == 2 * 4 * 2 and len(images(score)) == 2 * 4
     pair_links, score_links = _links_of(pair, rope.links), _links_of(score, rope.links)
     assert len(pair_links) + len(score_links) == len(rope.links)
     _assert_linked(pair, pair_links, [(c["pairing"], "index"), (c["m"], "index"), (c["i"], "value")])
     _assert_linked(score, score_links, [(c["pairing"], "index"), (c["m"], "index")])
-    frames = [bytes(f.value) for f in _images(pair) + _images(score)]
+    frames = [bytes(f.value) for f in images(pair) + images(score)]
     assert len(set(frames)) == len(frames)
     for p, pairing in enumerate(PAIRINGS):
         expected = W._rope_pair_frames(rope.q, rope.k, 1, 10000.0, 4, pairing)
@@ -289,16 +275,12 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return Image.open(io.BytesIO(png)).size
 
 
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
-
-
 @pytest.mark.parametrize("name", ["attention", "rope"])
 def test_explorer_pictures_scale_with_the_container(explorer, rope, name):
     """Every frame is shown as wide as the container, never wider than its own pixels (so
     never blurred by upscaling), with its aspect ratio; the frames share one Layout model."""
     box = explorer if name == "attention" else rope
-    frames = [leaf for leaf in _images(box) if len(leaf.value)]  # not the empty live picture
+    frames = [leaf for leaf in images(box) if len(leaf.value)]  # not the empty live picture
     layouts = {id(leaf.layout) for leaf in frames}
     assert len(frames) > 1 and len(layouts) <= 2  # rope: one per picture
     for leaf in frames:
@@ -307,7 +289,7 @@ def test_explorer_pictures_scale_with_the_container(explorer, rope, name):
         assert leaf.layout.max_width == f"{width}px"
         assert 300 <= width <= W.FRAME_WIDTH * W.DPI and height >= 300
     # One Layout model per frame would add ~120 bytes a frame to the page's widget state.
-    stacks = [w for w in _every_widget(box) if isinstance(w, widgets.Stack)]
+    stacks = [w for w in every_widget(box) if isinstance(w, widgets.Stack)]
     assert len({id(s.layout) for s in stacks}) <= 4  # rope: one per picture, and its outer Stack
     embedded = embed_data(views=[box], state=dependency_state(box))["manager_state"]["state"]
     n_layouts = sum(state["model_name"] == "LayoutModel" for state in embedded.values())
@@ -332,7 +314,7 @@ def test_explorer_controls_wrap_and_move_by_keyboard(explorer, rope, name):
     buttons only take Space or Enter, one button at a time)."""
     box = explorer if name == "attention" else rope
     controls = list(box.controls.values())
-    row = next(w for w in _every_widget(box) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(box) if isinstance(w, widgets.Box)
                and controls[0] in w.children)
     assert list(row.children) == controls
     assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%"
@@ -341,15 +323,15 @@ def test_explorer_controls_wrap_and_move_by_keyboard(explorer, rope, name):
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
         assert control.layout.max_width == W.CONTROL_MAX_WIDTH
         assert control.description and control.style.description_width == "80px"
-    assert not any(isinstance(w, widgets.ToggleButtons) for w in _every_widget(box))
+    assert not any(isinstance(w, widgets.ToggleButtons) for w in every_widget(box))
 
 
 def test_rope_explorer_pictures_wrap_below_each_other(rope):
-    pictures = next(w for w in _every_widget(rope) if isinstance(w, widgets.Box)
+    pictures = next(w for w in every_widget(rope) if isinstance(w, widgets.Box)
                     and rope.pictures["pair"] in w.children)
     assert list(pictures.children) == [rope.pictures["pair"], rope.pictures["score"]]
     assert pictures.layout.flex_flow == "row wrap"
-    widths = [_png_size(bytes(_images(s)[0].value))[0] for s in pictures.children]
+    widths = [_png_size(bytes(images(s)[0].value))[0] for s in pictures.children]
     assert sum(widths) <= W.FRAME_WIDTH * W.DPI  # side by side in the column
 
 
@@ -363,8 +345,8 @@ def test_explorers_page_weight(model, rope):
     frames = W._attention_frames(weights[1, 0, 0], src[0].tolist(), out[0].tolist(), 1, 0)
     chapter = 3 * 2 * 2 * sum(map(len, frames)) * 4 / 3
     assert chapter < 2.5e6, f"the chapter's explorer would add {chapter / 1e6:.1f} MB"
-    pair = np.mean([len(leaf.value) for leaf in _images(rope.pictures["pair"])])
-    score = np.mean([len(leaf.value) for leaf in _images(rope.pictures["score"])])
+    pair = np.mean([len(leaf.value) for leaf in images(rope.pictures["pair"])])
+    score = np.mean([len(leaf.value) for leaf in images(rope.pictures["score"])])
     appendix = (2 * 12 * 8 * pair + 2 * 12 * score) * 4 / 3
     assert appendix < 3.0e6, f"the appendix's RoPE explorer would add {appendix / 1e6:.1f} MB"
 
@@ -380,13 +362,13 @@ def kernel_path(monkeypatch):
 
 def test_kernel_path_uses_no_stack_and_no_link(kernel_path, model):
     box = W.attention_explorer(model, n_examples=N_EXAMPLES, seq_len=SEQ_LEN, seed=SEED)
-    models = _models(box)
+    models = every_model(box)
     assert not any(isinstance(w, widgets.Stack) for w in models)
     assert not any(isinstance(w, Link) for w in models) and box.links == []
     assert isinstance(box.pictures["attention"], widgets.Image)
     rope = W.rope_explorer(head_dim=4, n_positions=4, seed=1)
     assert isinstance(rope.pictures["pair"], widgets.Image) and rope.links == []
-    assert not any(isinstance(w, widgets.Stack) for w in _models(rope))
+    assert not any(isinstance(w, widgets.Stack) for w in every_model(rope))
 
 
 def test_kernel_path_moves_the_picture_to_the_chosen_frame(kernel_path, model, explorer):
@@ -417,15 +399,6 @@ def test_kernel_path_rope_explorer_follows_each_control(kernel_path):
     assert bytes(pictures["pair"].value) == expected
 
 
-def _models(box) -> list:
-    found, todo = [], [box]
-    while todo:
-        w = todo.pop()
-        found.append(w)
-        todo.extend(getattr(w, "children", ()))
-    return found + list(getattr(box, "links", []))
-
-
 # What an explorer is: a typed widget, built from a model it is given ------------------------
 
 
@@ -450,7 +423,7 @@ def test_explorers_are_typed_widgets_with_named_parts(explorer, rope, name):
     assert isinstance(box, expected[0]) and isinstance(box, W.Explorer)
     assert isinstance(box, widgets.VBox) and box._model_name == "VBoxModel"
     assert set(box.pictures) == expected[1]
-    shown = _every_widget(box)
+    shown = every_widget(box)
     assert all(any(p is w for w in shown) for p in box.pictures.values())
     assert all(any(c is w for w in shown) for c in box.controls.values())
     assert not hasattr(box, "stack") and not hasattr(box, "stacks")
@@ -475,8 +448,8 @@ def test_rope_frames_draw_q_and_k_in_the_palette(rope):
     "tab:" red (which the palette replaces)."""
     from transformer_lib.plotting.style import BLUE, VERMILLION
 
-    pair = bytes(_images(rope.pictures["pair"])[1].value)
-    score = bytes(_images(rope.pictures["score"])[1].value)
+    pair = bytes(images(rope.pictures["pair"])[1].value)
+    score = bytes(images(rope.pictures["score"])[1].value)
     for png in (pair, score):
         assert _pixels_near(png, BLUE) > 20 and _pixels_near(png, VERMILLION) > 5
         assert _pixels_near(png, "tab:red") == 0

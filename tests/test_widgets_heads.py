@@ -14,6 +14,7 @@ from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
+from widget_support import every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.plotting import WEIGHT_CMAP
@@ -35,18 +36,8 @@ def explorer():
     return W.heads_explorer()
 
 
-def _images(widget) -> list[widgets.Image]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _images(child)]
-
-
 def _result(data, n_heads: int) -> dict:
     return next(r for r in data["results"] if r["n_heads"] == n_heads)
-
-
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
 
 
 # The bundled results ------------------------------------------------------------------------
@@ -124,20 +115,11 @@ def test_the_chapter_states_the_bundled_accuracies(data):
 # The explorer's frames and links ------------------------------------------------------------
 
 
-def _stacks_by_depth(stack, depth=0, out=None) -> dict[int, list[widgets.Stack]]:
-    out = {} if out is None else out
-    out.setdefault(depth, []).append(stack)
-    for child in stack.children:
-        if isinstance(child, widgets.Stack):
-            _stacks_by_depth(child, depth + 1, out)
-    return out
-
-
 def test_one_frame_per_head_count_and_example(explorer):
     c = explorer.controls
     assert [value for _, value in c["heads"].options] == list(HEADS)
     assert (c["example"].min, c["example"].max) == (0, N_EXAMPLES - 1)
-    frames = [bytes(f.value) for f in _images(explorer.pictures["heads"])]
+    frames = [bytes(f.value) for f in images(explorer.pictures["heads"])]
     assert len(frames) == len(HEADS) * N_EXAMPLES
     assert all(f.startswith(PNG_MAGIC) for f in frames) and len(set(frames)) == len(frames)
 
@@ -147,7 +129,7 @@ def test_every_stack_is_jslinked_to_its_control(explorer):
     controls = [(c["heads"], "index"), (c["example"], "value")]
     assert len(explorer.links) == 2 * (1 + len(HEADS))  # the pictures and their texts
     for name in ("heads", "text"):
-        by_depth = _stacks_by_depth(explorer.pictures[name])
+        by_depth = stacks_by_depth(explorer.pictures[name])
         assert len(by_depth) == 2 and len(by_depth[1]) == len(HEADS)
         for depth, stacks in by_depth.items():
             for s in stacks:
@@ -224,7 +206,7 @@ def test_alt_text_names_where_each_head_looks(explorer, data):
 
 def test_controls_wrap_and_move_by_keyboard(explorer):
     controls = list(explorer.controls.values())
-    row = next(w for w in _every_widget(explorer) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(explorer) if isinstance(w, widgets.Box)
                and controls[0] in w.children)
     assert list(row.children) == controls and row.layout.flex_flow == "row wrap"
     for control in controls:
@@ -275,7 +257,7 @@ def test_kernel_path_moves_the_picture_with_each_control(monkeypatch, explorer):
     the same control values, and the text alternative follows."""
     monkeypatch.setattr(W.frames, "HAS_STACK", False)
     box = W.heads_explorer()
-    models = _every_widget(box)
+    models = every_widget(box)
     assert not any(isinstance(w, widgets.Stack) for w in models) and box.links == []
     assert not any(isinstance(w, Link) for w in models)
     picture, c = box.pictures["heads"], box.controls

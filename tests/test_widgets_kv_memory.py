@@ -9,6 +9,7 @@ import pytest
 import torch
 from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
+from widget_support import every_model, stacks_by_depth, text_frames
 
 from transformer_lib import widgets as W
 from transformer_lib.cache import KVCache
@@ -23,21 +24,6 @@ PUBLISHED = {"Llama 3.2 1B": 1_235_814_400, "Llama 2 7B": 6_738_415_616,
 @pytest.fixture(scope="module")
 def explorer():
     return W.kv_memory_explorer()
-
-
-def _leaves(widget) -> list[widgets.HTML]:
-    if isinstance(widget, widgets.HTML) and W.frames.FRAME_CLASS in widget._dom_classes:
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _leaves(child)]
-
-
-def _stacks_by_depth(stack, depth=0, out=None) -> dict[int, list[widgets.Stack]]:
-    out = {} if out is None else out
-    out.setdefault(depth, []).append(stack)
-    for child in stack.children:
-        if isinstance(child, widgets.Stack):
-            _stacks_by_depth(child, depth + 1, out)
-    return out
 
 
 def _formula(name: str, n_kv: int, context: int, dtype: str) -> int:
@@ -68,13 +54,13 @@ def test_one_text_frame_per_combination_every_stack_linked(explorer):
     assert [t for _, t in c["context"].options] == CONTEXTS
     assert [label for label, _ in c["dtype"].options] == DTYPES
     stack = explorer.pictures["memory"]
-    leaves = _leaves(stack)
+    leaves = text_frames(stack)
     assert len(leaves) == len(MODELS) * len(KV) * len(CONTEXTS) * len(DTYPES) == 336
     shown = [leaf.value for leaf in leaves if "cannot have" not in leaf.value]
     assert len(set(shown)) == len(shown) == 336 - 3 * 7 * 3  # no two possible settings alike
     assert len(explorer.table) == len(leaves)
     order = [c["model"], c["kv_heads"], c["context"], c["dtype"]]
-    by_depth = _stacks_by_depth(stack)
+    by_depth = stacks_by_depth(stack)
     assert len(by_depth) == 4 and len(explorer.links) == 1 + 4 + 4 * 4 + 4 * 4 * 7
     for depth, stacks in by_depth.items():
         for s in stacks:
@@ -187,7 +173,7 @@ def test_controls_wrap_move_by_keyboard_and_start_inside_their_range(explorer):
 def test_text_frames_share_one_layout_and_style_and_the_page_stays_light(explorer):
     """Leaves share their Layout and style models; the whole widget state, as the book embeds
     it, stays under 1.5 MB."""
-    leaves = _leaves(explorer)
+    leaves = text_frames(explorer)
     assert len({id(leaf.layout) for leaf in leaves}) == 1
     assert len({id(leaf.style) for leaf in leaves}) == 1
     state = embed_data(views=[explorer], state=dependency_state(explorer))["manager_state"]
@@ -222,15 +208,6 @@ def kernel_path(monkeypatch):
     monkeypatch.setattr(W.frames, "HAS_STACK", False)
 
 
-def _models(box) -> list:
-    found, todo = [], [box]
-    while todo:
-        w = todo.pop()
-        found.append(w)
-        todo.extend(getattr(w, "children", ()))
-    return found + list(box.links)
-
-
 def test_kernel_path_moves_the_text_to_the_chosen_frame(kernel_path, explorer):
     """Each control moved in the kernel changes the one HTML picture, to the frame the static
     book's Stacks hold for the same setting; no Stack, no link."""
@@ -238,7 +215,7 @@ def test_kernel_path_moves_the_text_to_the_chosen_frame(kernel_path, explorer):
     picture = box.pictures["memory"]
     assert isinstance(picture, widgets.HTML) and W.frames.FRAME_CLASS in picture._dom_classes
     assert box.links == [] and not any(isinstance(w, (widgets.Stack, Link))
-                                       for w in _models(box))
+                                       for w in every_model(box))
     for name in ("model", "kv_heads", "context", "dtype"):
         before = picture.value
         box.controls[name].index += 1

@@ -13,6 +13,7 @@ from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.encoder_decoder import EncoderDecoder, LabelSmoothingLoss
@@ -21,25 +22,6 @@ from transformer_lib.widgets.norms import PLACEMENTS, STACKS, STYLES, _y_limits
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DEPTHS = [2, 4, 6, 8, 12, 16]
-
-
-def _images(widget) -> list[widgets.Image]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _images(child)]
-
-
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
-
-
-def _stacks_by_depth(stack, depth=0, out=None) -> dict[int, list[widgets.Stack]]:
-    out = {} if out is None else out
-    out.setdefault(depth, []).append(stack)
-    for child in stack.children:
-        if isinstance(child, widgets.Stack):
-            _stacks_by_depth(child, depth + 1, out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +92,7 @@ def test_profiles_show_what_the_chapter_says(explorer):
 
 
 def test_one_frame_per_stack_and_depth(explorer):
-    frames = _images(explorer.pictures["profile"])
+    frames = images(explorer.pictures["profile"])
     assert len(frames) == len(STACKS) * len(DEPTHS)
     values = [bytes(f.value) for f in frames]
     assert all(v.startswith(PNG_MAGIC) for v in values)
@@ -167,7 +149,7 @@ def test_frames_draw_as_many_layers_as_the_depth():
 def test_every_stack_is_jslinked_to_its_control(explorer):
     c = explorer.controls
     stack = explorer.pictures["profile"]
-    by_depth = _stacks_by_depth(stack)
+    by_depth = stacks_by_depth(stack)
     controls = [(c["stack"], "index"), (c["depth"], "index")]
     assert len(by_depth) == 2 and len(explorer.links) == 1 + len(STACKS)
     for depth, stacks in by_depth.items():
@@ -179,7 +161,7 @@ def test_every_stack_is_jslinked_to_its_control(explorer):
 
 def test_controls_wrap_and_move_by_keyboard(explorer):
     controls = list(explorer.controls.values())
-    row = next(w for w in _every_widget(explorer) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(explorer) if isinstance(w, widgets.Box)
                and controls[0] in w.children)
     assert list(row.children) == controls and row.layout.flex_flow == "row wrap"
     for control in controls:
@@ -197,7 +179,7 @@ def test_controls_wrap_and_move_by_keyboard(explorer):
 def test_frames_fit_the_column_and_the_page_weight(explorer):
     """Each frame fills the content column at most; the pictures add well under 1.5 MB to
     the page as base64 in its widget state."""
-    frames = [bytes(f.value) for f in _images(explorer.pictures["profile"])]
+    frames = [bytes(f.value) for f in images(explorer.pictures["profile"])]
     for png in frames:
         width, height = Image.open(io.BytesIO(png)).size
         assert 600 <= width <= W.FRAME_WIDTH * W.DPI and 300 <= height <= 500
@@ -244,7 +226,7 @@ def test_kernel_path_moves_the_picture_for_each_control(kernel_path, explorer):
     box = W.gradient_explorer()
     picture, stacks = box.pictures["profile"], explorer.pictures["profile"]
     assert isinstance(picture, widgets.Image) and box.links == []
-    assert not any(isinstance(w, (widgets.Stack, Link)) for w in _every_widget(box))
+    assert not any(isinstance(w, (widgets.Stack, Link)) for w in every_widget(box))
     for name, index in [("depth", 5), ("stack", 1), ("depth", 0)]:
         before = bytes(picture.value)
         box.controls[name].index = index

@@ -10,6 +10,7 @@ from ipywidgets.embed import dependency_state, embed_data
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import every_widget, images
 
 from transformer_lib import widgets as W
 from transformer_lib.flash import flash_attention
@@ -18,16 +19,6 @@ from transformer_lib.widgets.online_softmax import _example_row
 
 N_KEYS, TILES, SEED = 10, (2, 4), 3  # the small explorer: 2 tile sizes × 6 steps
 N_STEPS = 10 // 2 + 1
-
-
-def _leaves(widget) -> list[widgets.Widget]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _leaves(child)]
-
-
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +98,7 @@ def test_one_frame_per_combination_drawn_by_the_renderer(small):
     all different (a step past a tile size's last tile says so in its title)."""
     stack = small.pictures["online"]
     assert small.tile_sizes == TILES and len(stack.children) == len(TILES)
-    frames = [bytes(leaf.value) for leaf in _leaves(stack)]
+    frames = [bytes(leaf.value) for leaf in images(stack)]
     assert len(frames) == len(TILES) * N_STEPS and len(set(frames)) == len(frames)
     for b, tile in enumerate(TILES):
         expected = W._online_softmax_frames(small.scores, small.values, tile, N_STEPS)
@@ -161,7 +152,7 @@ def test_controls_wrap_start_where_the_arrow_keys_change_the_picture(small):
     assert isinstance(c["tile"], widgets.SelectionSlider) and isinstance(c["step"], widgets.IntSlider)
     assert [value for _, value in c["tile"].options] == list(TILES)
     assert (c["step"].min, c["step"].max, c["step"].value, c["tile"].index) == (0, N_STEPS - 1, 0, 0)
-    row = next(w for w in _every_widget(small) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(small) if isinstance(w, widgets.Box)
                and c["tile"] in w.children)
     assert list(row.children) == list(c.values()) and row.layout.flex_flow == "row wrap"
     for control in c.values():
@@ -180,7 +171,7 @@ def test_kernel_path_moves_the_picture_with_each_control(monkeypatch, small):
     box = W.online_softmax_explorer(n_keys=N_KEYS, tile_sizes=TILES, seed=SEED)
     picture, stacks = box.pictures["online"], small.pictures["online"]
     assert isinstance(picture, widgets.Image) and box.links == []
-    assert not any(isinstance(w, (widgets.Stack, Link)) for w in _every_widget(box))
+    assert not any(isinstance(w, (widgets.Stack, Link)) for w in every_widget(box))
     for name, value in [("step", 3), ("tile", 1), ("step", N_STEPS - 1), ("tile", 0)]:
         before = bytes(picture.value)
         if name == "tile":
@@ -211,7 +202,7 @@ def test_rejects_bad_arguments():
 def test_default_explorer_frames_and_page_weight(default):
     """The chapter's explorer: 3 tile sizes × 9 steps; what its frames add to the page as
     base64 in the widget state stays under 1.5 MB."""
-    frames = [bytes(leaf.value) for leaf in _leaves(default.pictures["online"])]
+    frames = [bytes(leaf.value) for leaf in images(default.pictures["online"])]
     assert len(frames) == 3 * 9 and default.tile_sizes == (3, 5, 8)
     state = embed_data(views=[default], state=dependency_state(default))["manager_state"]
     buffers = [b["data"] for s in state["state"].values() for b in s.get("buffers", [])]

@@ -10,6 +10,7 @@ import torch
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import every_widget, images
 
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import PURPLE
@@ -17,16 +18,6 @@ from transformer_lib.recall import recall, recall_by_age, recall_pairs
 
 N_PAIRS, ALPHAS, D, TRIALS, SEED = (4, 8, 16), (0.5, 0.9, 1.0), 8, 30, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _leaves(widget) -> list[widgets.Widget]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _leaves(child)]
-
-
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
 
 
 def _small(**overrides):
@@ -154,7 +145,7 @@ def test_the_default_curves_show_what_the_chapter_says(default):
 
 def test_one_frame_per_combination_as_the_renderer_draws_it(small):
     stack = small.pictures["recall"]
-    frames = [bytes(leaf.value) for leaf in _leaves(stack)]
+    frames = [bytes(leaf.value) for leaf in images(stack)]
     assert len(frames) == len(N_PAIRS) * len(ALPHAS)
     assert all(f.startswith(PNG_MAGIC) for f in frames)
     assert len(set(frames)) == len(frames)  # no two alike
@@ -221,7 +212,7 @@ def test_controls_are_sliders_that_wrap_and_start_mid_range(default):
     assert [v for _, v in c["n"].options] == [8, 16, 32, 64, 128]
     assert [v for _, v in c["alpha"].options] == [0.5, 0.8, 0.9, 0.95, 0.99, 1.0]
     assert (c["n"].value, c["alpha"].value) == (64, 0.95)
-    row = next(w for w in _every_widget(default) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(default) if isinstance(w, widgets.Box)
                and c["n"] in w.children)
     assert list(row.children) == [c["n"], c["alpha"]] and row.layout.flex_flow == "row wrap"
     for control in c.values():
@@ -241,7 +232,7 @@ def test_kernel_path_moves_the_picture_for_each_control(monkeypatch, small):
     box = _small()
     picture = box.pictures["recall"]
     assert isinstance(picture, widgets.Image) and box.links == []
-    assert not any(isinstance(w, (widgets.Stack, Link)) for w in _every_widget(box))
+    assert not any(isinstance(w, (widgets.Stack, Link)) for w in every_widget(box))
     static = small.pictures["recall"]
     for name, index in [("n", 2), ("alpha", 0), ("n", 0), ("alpha", 2)]:
         before = bytes(picture.value)
@@ -277,7 +268,7 @@ def test_bad_arguments_name_their_values():
 def test_page_weight_and_frame_size(default):
     """The chapter's explorer (5 N × 6 α) adds under 1.5 MB of base64 PNG to its page, its
     frames as wide as the content column."""
-    frames = [bytes(leaf.value) for leaf in _leaves(default.pictures["recall"])]
+    frames = [bytes(leaf.value) for leaf in images(default.pictures["recall"])]
     assert len(frames) == 30
     weight = sum(map(len, frames)) * 4 / 3
     assert weight < 1.5e6, f"the explorer adds {weight / 1e6:.2f} MB"

@@ -9,6 +9,7 @@ import torch
 from ipywidgets.embed import dependency_state, embed_data
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import images
 
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import BLUE, GREY
@@ -30,12 +31,6 @@ def bundled():
 def explorer(bundled):
     return W.sampling_explorer(*bundled, prompt=PROMPT, temperatures=TEMPERATURES,
                                top_ks=TOP_KS, top_ps=TOP_PS, n_new=N_NEW, seed=SEED)
-
-
-def _images(widget) -> list[widgets.Image]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _images(child)]
 
 
 def _frame(explorer, t: int, k: int, p: int) -> bytes:
@@ -65,7 +60,7 @@ def _reference_probs(logits: torch.Tensor, temperature: float, top_k, top_p) -> 
 
 
 def test_one_frame_per_combination_and_greedy_ignores_the_cuts(explorer):
-    frames = [bytes(leaf.value) for leaf in _images(explorer.pictures["sampling"])]
+    frames = [bytes(leaf.value) for leaf in images(explorer.pictures["sampling"])]
     assert len(frames) == len(TEMPERATURES) * len(TOP_KS) * len(TOP_PS)
     assert all(f.startswith(PNG_MAGIC) for f in frames)
     greedy, sampled = frames[:4], frames[4:]  # temperature 0 first
@@ -176,7 +171,7 @@ def test_controls_start_at_temperature_one_and_move_by_keyboard(explorer):
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
         assert control.style.description_width == "80px"
     assert isinstance(explorer, W.SamplingExplorer) and isinstance(explorer, W.Explorer)
-    frames = _images(explorer)
+    frames = images(explorer)
     assert {leaf.layout.max_width for leaf in frames} == {f"{W._png_width(_frame(explorer, 0, 0, 0))}px"}
 
 

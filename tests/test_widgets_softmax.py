@@ -8,6 +8,7 @@ import torch
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.colors import to_rgb
 from PIL import Image
+from widget_support import every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import BLUE, VERMILLION
@@ -15,25 +16,6 @@ from transformer_lib.widgets.softmax import _softmax_texts
 
 DIMS, N_KEYS, SEED = (1, 4, 16, 64, 256, 1024), 8, 0
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _images(widget) -> list[widgets.Image]:
-    if isinstance(widget, widgets.Image):
-        return [widget]
-    return [leaf for child in getattr(widget, "children", ()) for leaf in _images(child)]
-
-
-def _every_widget(widget) -> list[widgets.Widget]:
-    return [widget] + [w for child in getattr(widget, "children", ()) for w in _every_widget(child)]
-
-
-def _stacks_by_depth(stack, depth=0, out=None) -> dict[int, list[widgets.Stack]]:
-    out = {} if out is None else out
-    out.setdefault(depth, []).append(stack)
-    for child in stack.children:
-        if isinstance(child, widgets.Stack):
-            _stacks_by_depth(child, depth + 1, out)
-    return out
 
 
 def _pixels_near(png: bytes, colour: str, within: float = 10.0) -> int:
@@ -60,7 +42,7 @@ def _reference(z: torch.Tensor, d: int, scaled: bool):
 
 
 def test_softmax_explorer_has_one_frame_per_combination(explorer):
-    frames = _images(explorer.pictures["softmax"])
+    frames = images(explorer.pictures["softmax"])
     assert len(frames) == len(W.SCALINGS) * len(DIMS) == 12
     values = [bytes(f.value) for f in frames]  # Image.value is a memoryview
     assert all(v.startswith(PNG_MAGIC) for v in values)
@@ -68,7 +50,7 @@ def test_softmax_explorer_has_one_frame_per_combination(explorer):
 
 
 def _links_of(stack, links):
-    stacks = [s for group in _stacks_by_depth(stack).values() for s in group]
+    stacks = [s for group in stacks_by_depth(stack).values() for s in group]
     return [link for link in links if any(link.target == (s, "selected_index") for s in stacks)]
 
 
@@ -78,7 +60,7 @@ def test_softmax_explorer_every_stack_is_jslinked_to_its_control(explorer, name)
     controls = [(c["scale"], "index"), (c["d_k"], "index")]
     stack = explorer.pictures[name]
     links = _links_of(stack, explorer.links)
-    by_depth = _stacks_by_depth(stack)
+    by_depth = stacks_by_depth(stack)
     assert len(by_depth) == len(controls)
     assert len(links) == sum(len(stacks) for stacks in by_depth.values()) == 1 + 2
     assert len(explorer.links) == 2 * len(links)  # the picture's and the text's
@@ -102,7 +84,7 @@ def test_softmax_explorer_text_gives_each_frames_numbers(explorer):
                                        f"{scores.std(ddof=1):.2f}")
             assert f"largest weight {weights.max():.3f} (key {weights.argmax()})" in shown[j]
             assert f"Jacobian {largest:.1e}" in shown[j]
-    assert all(isinstance(leaf, widgets.HTML) for leaf in _every_widget(texts)
+    assert all(isinstance(leaf, widgets.HTML) for leaf in every_widget(texts)
                if not isinstance(leaf, widgets.Stack))
 
 
@@ -193,22 +175,22 @@ def test_softmax_explorer_controls_wrap_and_move_by_keyboard(explorer):
     assert [d for _, d in c["d_k"].options] == list(DIMS) and c["d_k"].index == 0
     assert isinstance(c["scale"], widgets.Dropdown) and c["scale"].index == 0
     assert [label for label, _ in c["scale"].options] == list(W.SCALINGS) == ["none", "÷ √d_k"]
-    row = next(w for w in _every_widget(explorer) if isinstance(w, widgets.Box)
+    row = next(w for w in every_widget(explorer) if isinstance(w, widgets.Box)
                and c["d_k"] in w.children)
     assert list(row.children) == list(c.values()) and row.layout.flex_flow == "row wrap"
     for control in c.values():
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
         assert control.layout.max_width == W.CONTROL_MAX_WIDTH
         assert control.description and control.style.description_width == "80px"
-    assert not any(isinstance(w, widgets.ToggleButtons) for w in _every_widget(explorer))
+    assert not any(isinstance(w, widgets.ToggleButtons) for w in every_widget(explorer))
 
 
 def test_softmax_explorer_is_a_typed_widget_whose_pictures_scale(explorer):
     assert isinstance(explorer, W.SoftmaxExplorer) and isinstance(explorer, W.Explorer)
     assert set(explorer.pictures) == {"softmax", "text"} and explorer.dims == DIMS
-    shown = _every_widget(explorer)
+    shown = every_widget(explorer)
     assert all(any(p is w for w in shown) for p in explorer.pictures.values())
-    frames = _images(explorer.pictures["softmax"])
+    frames = images(explorer.pictures["softmax"])
     assert len({id(leaf.layout) for leaf in frames}) == 1
     for leaf in frames:
         width, height = Image.open(io.BytesIO(bytes(leaf.value))).size
@@ -218,7 +200,7 @@ def test_softmax_explorer_is_a_typed_widget_whose_pictures_scale(explorer):
 
 def test_softmax_explorer_page_weight(explorer):
     """What the pictures add to chapter 1, as base64 in its widget state: under 1.5 MB."""
-    weight = sum(len(leaf.value) for leaf in _images(explorer.pictures["softmax"])) * 4 / 3
+    weight = sum(len(leaf.value) for leaf in images(explorer.pictures["softmax"])) * 4 / 3
     assert weight < 1.5e6, f"the softmax explorer would add {weight / 1e6:.2f} MB"
 
 
@@ -243,7 +225,7 @@ def test_softmax_explorer_rejects_bad_arguments():
 def test_kernel_path_softmax_explorer_follows_each_control(monkeypatch, explorer):
     monkeypatch.setattr(W.frames, "HAS_STACK", False)
     box = W.softmax_explorer(dims=DIMS, n_keys=N_KEYS, seed=SEED)
-    found = _every_widget(box) + list(box.links)
+    found = every_widget(box) + list(box.links)
     assert not any(isinstance(w, (widgets.Stack, Link)) for w in found) and box.links == []
     picture, text, c = box.pictures["softmax"], box.pictures["text"], box.controls
     stacks, texts = explorer.pictures["softmax"], explorer.pictures["text"]
