@@ -122,6 +122,21 @@ def edition_switch(app: Sphinx, pagename: str, templatename: str, context: dict,
 
 
 EDITION_FONT = "_static/fonts/book-zh.woff"  # _assets/book.css: "Book Noto Sans SC"
+# A link that opens one of the course's notebooks in Colab (the exercise page's), up to the
+# folder of the notebook: .../blob/<branch>/ then exercises/ or chapters/.
+_COLAB_NOTEBOOK = re.compile(
+    r'(https://colab\.research\.google\.com/github/[^"\s/]+/[^"\s/]+/blob/[^"\s/]+/)'
+    r'(exercises|chapters)/')
+
+
+def chinese_notebook_links(app: Sphinx, pagename: str, templatename: str, context: dict,
+                           doctree: Any) -> None:
+    """In the Chinese edition, links that open a course notebook in Colab open its Chinese
+    copy, ``zh/exercises/`` or ``zh/chapters/`` (tools/zh_notebooks.py), as the Chinese pages'
+    launch buttons do (``repository.path_to_book``)."""
+    if not (app.config.language or "en").startswith("zh") or not context.get("body"):
+        return
+    context["body"] = _COLAB_NOTEBOOK.sub(r"\1zh/\2/", context["body"])
 
 
 def preload_edition_font(app: Sphinx, pagename: str, templatename: str, context: dict,
@@ -237,6 +252,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", fix_body)
     app.connect("html-page-context", edition_switch)
     app.connect("html-page-context", preload_edition_font)
+    app.connect("html-page-context", chinese_notebook_links)
     app.add_transform(SourceOfEveryText)
     app.add_transform(TranslateTocCaptions)
     app.connect("doctree-read", keep_exercise_titles)

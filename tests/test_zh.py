@@ -205,6 +205,31 @@ def test_translated_page_reads_in_chinese(html, page):
     assert _HAN.search(title), f"{page}: the title {title!r} is not in Chinese"
 
 
+def test_chinese_pages_open_the_chinese_notebooks_in_colab():
+    colab = "https://colab.research.google.com/github/o/r/blob/main/"
+    context = {"body": f'<a href="{colab}exercises/01_a.ipynb">a</a> {colab}chapters/02_b.ipynb '
+                       '<a href="https://example.org/exercises/x.ipynb">x</a>'}
+    app = SimpleNamespace(config=SimpleNamespace(language="zh_CN"))
+    _book_fixes().chinese_notebook_links(app, "appendix/x", "page.html", context, None)
+    assert context["body"] == (f'<a href="{colab}zh/exercises/01_a.ipynb">a</a> '
+                               f'{colab}zh/chapters/02_b.ipynb '
+                               '<a href="https://example.org/exercises/x.ipynb">x</a>')
+    english = {"body": f'<a href="{colab}exercises/01_a.ipynb">a</a>'}
+    app.config.language = "en"
+    _book_fixes().chinese_notebook_links(app, "appendix/x", "page.html", english, None)
+    assert english["body"] == f'<a href="{colab}exercises/01_a.ipynb">a</a>'
+
+
+@pytest.mark.book
+def test_chinese_exercise_page_opens_the_chinese_student_copies(html):
+    page = (html / "zh" / "appendix" / "exercise_notebooks.html").read_text(encoding="utf-8")
+    links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', page)
+    assert len(links) == len(list((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))) > 0
+    for link in links:
+        folder, name = link.split("/blob/", 1)[1].split("/", 1)[1].rsplit("/", 1)
+        assert folder == "zh/exercises" and (ROOT / folder / name).is_file(), link
+
+
 _EXERCISE_TITLE = re.compile(r'<span class="caption-number">练习 [\d.]+ </span>\s*\((.*?)\)</p>', re.S)
 
 
