@@ -96,6 +96,11 @@ def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
     context["body"] = _CODE_TEXT.sub(_breakable, body)
 
 
+def _chinese(app: Sphinx) -> bool:
+    """Whether this build is the Chinese edition (tools/zh_config.py sets its language)."""
+    return (app.config.language or "en").startswith("zh")
+
+
 # The book's two editions: the English one at the site's root, the Chinese one under zh/.
 # (label, language of the label, folder of the other edition seen from this one's root)
 _OTHER_EDITION = {"en": ("中文", "zh-CN", "zh/"), "zh": ("English", "en", "../")}
@@ -112,7 +117,7 @@ def edition_switch(app: Sphinx, pagename: str, templatename: str, context: dict,
     body = context.get("body")
     if body is None:
         return
-    edition = "zh" if (app.config.language or "en").startswith("zh") else "en"
+    edition = "zh" if _chinese(app) else "en"
     label, language, other_root = _OTHER_EDITION[edition]
     href = "../" * pagename.count("/") + other_root + pagename + ".html"
     context["body"] = (f'<p class="edition-switch"><a href="{href}" hreflang="{language}" '
@@ -134,7 +139,7 @@ def chinese_notebook_links(app: Sphinx, pagename: str, templatename: str, contex
     """In the Chinese edition, links that open a course notebook in Colab open its Chinese
     copy, ``zh/exercises/`` or ``zh/chapters/`` (tools/zh_notebooks.py), as the Chinese pages'
     launch buttons do (``repository.path_to_book``)."""
-    if not (app.config.language or "en").startswith("zh") or not context.get("body"):
+    if not _chinese(app) or not context.get("body"):
         return
     context["body"] = _COLAB_NOTEBOOK.sub(r"\1zh/\2/", context["body"])
 
@@ -148,11 +153,17 @@ def preload_edition_font(app: Sphinx, pagename: str, templatename: str, context:
     bold paragraph) kept the empty boxes of the fallback until something forced a new layout.
     Preloading the font, which every Chinese page needs, removes the window.
     """
-    if not (app.config.language or "en").startswith("zh") or "pathto" not in context:
+    if not _chinese(app) or "pathto" not in context:
         return
     href = context["pathto"](EDITION_FONT, 1)
     context["metatags"] = (context.get("metatags", "") + f'\n<link rel="preload" href="{href}" '
                            'as="font" type="font/woff" crossorigin="anonymous" />')
+
+
+def _exercise_titles(doctree: nodes.document) -> list[nodes.subtitle]:
+    """The title of every exercise (sphinx-exercise's ``exercise_subtitle``), as read."""
+    return [node for node in doctree.findall(nodes.subtitle)
+            if type(node).__name__ == "exercise_subtitle"]
 
 
 class SourceOfEveryText(SphinxTransform):
@@ -169,11 +180,10 @@ class SourceOfEveryText(SphinxTransform):
     default_priority = 5
 
     def apply(self, **kwargs: Any) -> None:
-        for node in self.document.findall(nodes.subtitle):
+        for node in _exercise_titles(self.document):
             # sphinx-exercise parses an exercise's title (its directive argument) into a
             # subtitle with no raw source; Sphinx extracts a message from the raw source.
-            if type(node).__name__ == "exercise_subtitle" and not node.rawsource:
-                node.rawsource = node.astext()
+            node.rawsource = node.rawsource or node.astext()
         for node in self.document.findall(nodes.TextElement):
             if node.source and node.line is not None:
                 continue
@@ -196,9 +206,9 @@ class TranslateTocCaptions(SphinxTransform):
     default_priority = 150
 
     def apply(self, **kwargs: Any) -> None:
-        language = self.config.language or "en"
-        if language.startswith("en") or not self.config.locale_dirs:
+        if not _chinese(self.app) or not self.config.locale_dirs:
             return
+        language = self.config.language
         from sphinx.locale import init as init_locale
         from sphinx.util.i18n import docname_to_domain
 
@@ -220,9 +230,8 @@ def keep_exercise_titles(app: Sphinx, doctree: nodes.document) -> None:
     extraction of messages (see extract_exercise_titles)."""
     if app.builder.name != "gettext":
         return
-    for node in doctree.findall(nodes.subtitle):
-        if type(node).__name__ == "exercise_subtitle" and node.rawsource:
-            node.parent.parent["title_message"] = (node.rawsource, node.source, node.line)
+    for node in _exercise_titles(doctree):
+        node.parent.parent["title_message"] = (node.rawsource, node.source, node.line)
 
 
 def extract_exercise_titles(app: Sphinx, doctree: nodes.document, docname: str) -> None:

@@ -146,11 +146,16 @@ def test_catalogs_hold_every_message_of_the_english_pages(tmp_path):
 # The language switch -------------------------------------------------------------------------
 
 
-def _book_fixes():
-    spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "_ext" / "book_fixes.py")
+def _extension(name: str):
+    """The book's Sphinx extension ``_ext/<name>.py``, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "_ext" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _book_fixes():
+    return _extension("book_fixes")
 
 
 @pytest.mark.parametrize("language, pagename, href", [
@@ -311,10 +316,7 @@ def test_edition_font_holds_exactly_the_characters_of_the_translations():
 
 
 def _zh_search():
-    spec = importlib.util.spec_from_file_location("zh_search", ROOT / "_ext" / "zh_search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _extension("zh_search")
 
 
 def test_search_indexes_chinese_characters_and_pairs():
@@ -368,10 +370,7 @@ def test_chinese_punctuation_stays_on_the_line_of_the_formula_before_it():
 
 
 def _zh_widgets():
-    spec = importlib.util.spec_from_file_location("zh_widgets", ROOT / "_ext" / "zh_widgets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _extension("zh_widgets")
 
 
 def _explorer_state() -> dict:

@@ -38,6 +38,7 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 import zh_config
+from build_book import jupyter_book
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGS = ROOT / "locales" / zh_config.LANGUAGE / "LC_MESSAGES"
@@ -62,12 +63,6 @@ _INLINE_MATH = re.compile(r"(?<![$\\])\$(?!\$)((?:\\.|[^$\\])+?)\$(?!\$)|\{math\
 # it is, starting with the line break after $$ (a paragraph's message is stripped), or with
 # the amsmath environment written without $$.
 _DISPLAY_MATH = re.compile(r"^(\n|\s*\$\$|\s*\\begin\{)")
-
-
-def jupyter_book() -> str:
-    """The ``jupyter-book`` next to this Python, else on PATH."""
-    beside = Path(sys.executable).with_name("jupyter-book")
-    return str(beside) if beside.exists() else (shutil.which("jupyter-book") or "jupyter-book")
 
 
 def extract(out: Path = GETTEXT) -> Path:
