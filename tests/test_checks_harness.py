@@ -15,6 +15,7 @@ from transformer_lib.checks import (
     _reference,
     ch01_attention,
     check_chunked_causal_attention,
+    check_left_padded_causal_mask,
     check_score_scale,
     check_split_qkv,
 )
@@ -50,6 +51,45 @@ def test_a_stub_in_the_error_path_is_not_attempted_yet(capsys):
     assert not result and not result.attempted
     assert "`split_qkv_without_check` still raises NotImplementedError" in printed
     assert len(printed.strip().splitlines()) == 1
+
+
+def _float_and(lengths, T, S):
+    """A plainly written attempt with a dtype slip: ``&`` on float tensors, for which PyTorch
+    itself raises NotImplementedError."""
+    real = (torch.arange(S)[None, :] >= S - lengths[:, None]).float()  # float by mistake
+    causal = torch.ones(T, S).tril(S - T)
+    return real[:, None, None, :] & causal
+
+
+@pytest.mark.parametrize("source", ["file", "exec"])
+def test_torchs_not_implemented_error_is_a_failure_not_a_stub(source, capsys):
+    """Only the stub's own ``raise NotImplementedError()`` means "not attempted yet"; PyTorch's
+    NotImplementedError for a missing dtype kernel is a failure with its one-line reason, so
+    the grader records "fail". From a file the raising line is read; from ``exec`` (no source)
+    torch's exception is told apart by its message."""
+    fn = _float_and if source == "file" else _student(
+        "import torch\n"
+        "def left_padded_causal_mask(lengths, T, S):\n"
+        "    real = (torch.arange(S)[None, :] >= S - lengths[:, None]).float()\n"
+        "    return real[:, None, None, :] & torch.ones(T, S).tril(S - T)\n",
+        "left_padded_causal_mask")
+    result, printed = run_check(check_left_padded_causal_mask, fn, capsys)
+    assert result.attempted and not result.passed
+    assert "not attempted" not in printed
+    assert "raised NotImplementedError: " in printed
+    assert all(len(f.splitlines()) == 1 for f in result.failures)
+    if source == "file":
+        assert "at `return real[:, None, None, :] & causal`" in printed
+
+
+def test_the_stub_itself_is_not_attempted_from_exec_too(capsys):
+    """Without readable source the stub's argument-less exception still reads as the stub."""
+    stub = _student("def left_padded_causal_mask(lengths, T, S):\n"
+                    "    # YOUR CODE HERE\n    raise NotImplementedError()\n",
+                    "left_padded_causal_mask")
+    result, printed = run_check(check_left_padded_causal_mask, stub, capsys)
+    assert not result.attempted
+    assert "not attempted yet" in printed
 
 
 def test_each_hint_is_printed_once(capsys):

@@ -7,9 +7,10 @@ check passed, or what is wrong in words a student can act on) and returns a
 ``assert check_score_scale(score_scale)``.
 
 A checker never raises. A function that raises gets the exception's one-line summary, and a
-stub that still raises ``NotImplementedError`` is "not attempted yet", so a student's notebook
-always runs to the end. Inputs come from a private generator: a check leaves the global random
-state alone.
+stub whose own ``raise NotImplementedError()`` line still runs is "not attempted yet" (any
+other NotImplementedError, such as PyTorch's for a missing dtype kernel, is a failure), so a
+student's notebook always runs to the end. Inputs come from a private generator: a check
+leaves the global random state alone.
 
 Layout: ``_harness`` holds the machinery every checker shares (running the cases, calling the
 student's function safely, comparing tensors, recognising common mistakes), ``_reference``

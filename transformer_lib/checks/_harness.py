@@ -52,7 +52,7 @@ class CheckResult:
 
     exercise: str  # the function checked, e.g. "softmax"
     passed: bool  # every check passed
-    attempted: bool  # False while the function is still the stub (raises NotImplementedError)
+    attempted: bool  # False while the function is still the stub (its `raise` line runs)
     report: str  # the verdict, as printed
     failures: list[str] = field(default_factory=list)  # one message per failed check
     _cell: int | None = field(default_factory=lambda: _cell_number(), repr=False, compare=False)
@@ -194,12 +194,29 @@ def _student_line(exc: BaseException) -> str | None:
     return frames[-1].line.strip() if frames and frames[-1].line else None
 
 
+def _is_stub(exc: NotImplementedError) -> bool:
+    """Whether ``exc`` comes from an exercise's stub, the ``raise NotImplementedError()`` line
+    the student has not replaced yet, rather than from code that runs (PyTorch raises
+    NotImplementedError too, e.g. for ``&`` on float tensors).
+
+    The raising line is read from the traceback (:func:`_student_line`): it must be a
+    ``raise NotImplementedError`` line. Where the source cannot be read, an
+    exception without arguments, as the stub raises it, counts as the stub."""
+    line = _student_line(exc)
+    if line is None:
+        return exc.args == ()
+    return line.startswith("raise NotImplementedError")
+
+
 def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
-    """``fn(*args)``, where NotImplementedError means "not attempted yet": it becomes
-    _NotAttempted, naming the function that raised it. Other exceptions pass through."""
+    """``fn(*args)``, where the stub's NotImplementedError means "not attempted yet": it
+    becomes _NotAttempted, naming the function that raised it. Other exceptions, another
+    NotImplementedError included (:func:`_is_stub`), pass through."""
     try:
         return fn(*args)
     except NotImplementedError as exc:
+        if not _is_stub(exc):
+            raise
         frames = _outside_checks(exc)
         raise _NotAttempted(frames[-1].name if frames else None) from None
 
@@ -210,8 +227,8 @@ def _call(fn: Callable, args: Sequence[Any], names: Sequence[str], *,
 
     ``forbid`` names callables the exercise asks the student to write themselves (see
     :func:`transformer_lib.checks._forbid.forbid`): calling one fails the check, naming it.
-    Raises _NotAttempted for NotImplementedError, _Failure for any other exception and for an
-    argument changed in place."""
+    Raises _NotAttempted for the stub's NotImplementedError (:func:`_is_stub`), _Failure for
+    any other exception and for an argument changed in place."""
     inputs = [a.clone() if isinstance(a, Tensor) else a for a in args]
     try:
         with _forbid.forbid(fn, forbid):
