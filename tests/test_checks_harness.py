@@ -224,3 +224,18 @@ def test_forbid_dotted_torch_name_and_own_code_passes():
         _harness._call(rms, (x,), ("x",), forbid=("torch.nn.functional.rms_norm",))
     got = _harness._call(own, (x,), ("x",), forbid=("torch.nn.functional.rms_norm",))
     assert torch.allclose(got, torch.nn.functional.rms_norm(x, (4,)))
+
+
+def test_forbid_leaves_the_notebooks_own_function_of_that_name():
+    """Chapter 8 writes its own ``tiled_attention``: a forbidden name refuses the library's
+    function, never the notebook's."""
+    from transformer_lib.checks._forbid import LibraryUsed, forbid
+    namespace = {"__name__": "__main__"}
+    exec("def tiled_attention(q, k, v):\n    return 'own code'\n"
+         "def student(q, k, v):\n    return tiled_attention(q, k, v)\n", namespace)
+    with forbid(namespace["student"], ["tiled_attention"]):
+        assert namespace["student"](1, 2, 3) == "own code"
+    library = _student("from transformer_lib.attention import tiled_attention\n"
+                       "def student(q, k, v):\n    return tiled_attention(q, k, v)\n", "student")
+    with forbid(library, ["tiled_attention"]), pytest.raises(LibraryUsed, match="tiled"):
+        library(1, 2, 3)

@@ -9,7 +9,9 @@ replaces, for the length of a ``with`` block, every binding it can find of each 
 name: in the student function's globals (under any alias, matched by the function's
 ``__name__`` and module), in each ``transformer_lib`` module the notebook or the interpreter
 holds (the checkers aside), and for a dotted name such as ``"torch.nn.functional.rms_norm"``,
-on its module. Each stand-in raises :class:`LibraryUsed`, which :func:`_harness._call` turns
+on its module. Only the library's objects are replaced: a function the notebook defines
+itself under a forbidden name (chapter 8 writes its own ``tiled_attention``) is the student's
+code and stays. Each stand-in raises :class:`LibraryUsed`, which :func:`_harness._call` turns
 into a failure that names the callable.
 """
 from __future__ import annotations
@@ -69,13 +71,19 @@ def _namespaces(fn: Any) -> list[dict]:
     return found
 
 
+def _from_library(value: Any) -> bool:
+    """Whether ``value`` is a callable the library defines (not one the notebook defines
+    itself, even under the library's name)."""
+    return callable(value) and str(getattr(value, "__module__", "")).split(".")[0] == _LIBRARY
+
+
 def _bindings(namespace: dict, name: str) -> list[str]:
     """Keys of ``namespace`` bound to the library's ``name``: the name itself, or an alias of
-    a library object called ``name``."""
-    keys = [name] if callable(namespace.get(name)) else []
+    a library object called ``name``. A function of the notebook's own that has the name is
+    left alone: it is the student's code."""
+    keys = [name] if _from_library(namespace.get(name)) else []
     for key, value in list(namespace.items()):
-        if key != name and getattr(value, "__name__", None) == name and callable(value) \
-                and str(getattr(value, "__module__", "")).split(".")[0] == _LIBRARY:
+        if key != name and getattr(value, "__name__", None) == name and _from_library(value):
             keys.append(key)
     return keys
 
