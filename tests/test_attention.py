@@ -16,6 +16,7 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
 )
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.validation import zero_rows_without_keys
 
 from conftest import randomize_
 
@@ -222,8 +223,10 @@ def test_half_precision_softmax_runs_in_fp32():
 
 # ---- one dispatch table: every entry computes the same attention --------------------------
 
-# (name, T, S, padding, causal): padding is None, "keys" (B, 1, 1, S) or "blocked row"
-# (B, 1, T, S) with one query that sees no key at all.
+# (name, T, S, padding, causal): padding is None, "keys" (B, 1, 1, S), "blocked row"
+# (B, 1, T, S) with one query that sees no key at all, or "left" (B, 1, 1, S) / "left per
+# query" (B, 1, T, S): sequence 1 left-padded so that, with causal after a prefix of 2, its
+# queries 0 and 1 see no key, though neither the mask nor causal alone blocks their rows.
 CASES = [
     ("square causal", 7, 7, None, True),
     ("chunk after a cached prefix", 5, 12, None, True),
@@ -233,6 +236,8 @@ CASES = [
     ("a fully blocked query row", 4, 6, "blocked row", False),
     ("a blocked row and causal", 4, 6, "blocked row", True),
     ("padding and causal over 3 key tiles", 20, 150, "keys", True),  # tiled reads 64 at a time
+    ("left padding and causal block rows together", 5, 7, "left", True),
+    ("left padding per query and causal", 5, 7, "left per query", True),
 ]
 
 
@@ -242,9 +247,12 @@ def reference_attention(q, k, v, keep, scale):
     n_rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
     scores = scale * q @ k.transpose(-2, -1)  # (B, H, T, S)
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (B, H, T, S)
+    if keep is None:
+        keep = torch.ones_like(scores, dtype=torch.bool)
+    # the lowest finite score, not -inf: exp(min - max) is 0 all the same, and a row with no
+    # visible key stays finite (uniform) before it is zeroed, so its gradients are 0, not NaN
+    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1) * keep.any(dim=-1, keepdim=True)  # (B, H, T, S)
     return weights @ v, weights
 
 
@@ -262,6 +270,11 @@ def case_inputs(T, S, padding, causal, H=6, H_kv=3, D=8, Dv=8):
         mask = torch.rand(B, 1, T, S) > 0.3
         mask[..., 0] = True
         mask[1, 0, 2] = False  # query 2 of sequence 1 sees no key
+    elif padding in ("left", "left per query"):
+        mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        mask[1, ..., :S - T + 2] = False  # sequence 1: padding up to query 2's own position
+        if padding == "left per query":
+            mask = mask.expand(B, 1, T, S).clone()
     keep = torch.ones(B, H, T, S, dtype=torch.bool)
     if mask is not None:
         keep = keep & mask
@@ -283,10 +296,98 @@ def test_every_entry_equals_the_reference(name, T, S, padding, causal, heads):
             assert (weights - expected_w).abs().max().item() <= 1e-12
         else:
             assert weights is None  # these never form the weights
-    if padding == "blocked row":  # the row with no key is zero everywhere, not NaN
-        for attend in ATTENTION_FUNCTIONS.values():
-            out, _ = attend(q, k, v, mask, causal=causal)
-            assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2]))
+    blocked = ~keep.any(dim=-1)  # (B, H, T): queries that see no key
+    assert blocked.any() == (padding in ("blocked row", "left", "left per query"))
+    for attend in ATTENTION_FUNCTIONS.values():  # the rows with no key are 0, not NaN
+        out, _ = attend(q, k, v, mask, causal=causal)
+        assert torch.equal(out[blocked], torch.zeros_like(out[blocked]))
+
+
+@pytest.mark.parametrize("shape", [(7,), (5, 1), (2, 1, 1, 7), (2, 1, 5, 7)],
+                         ids=["keys", "queries", "key padding", "per query"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_zero_rows_without_keys_reads_the_mask_and_causal_together(shape, causal):
+    """The one rule, on every mask shape the entries accept: the rows zeroed are those with no
+    True in ``mask`` AND (with causal) the bottom-right causal mask, formed here in full."""
+    # seed 10: with causal, and for the two shapes with a row per query, some rows see keys
+    # and some see none
+    mask = torch.rand(shape, generator=torch.Generator().manual_seed(10)) > 0.6
+    x = torch.randn(2, 3, 5, 4, dtype=torch.float64)  # (B, H, T, Dv)
+    visible = mask & (causal_mask(5, 7) if causal else torch.ones(5, 7, dtype=torch.bool))
+    expected = x * visible.any(dim=-1, keepdim=True)  # (..., T, 1) broadcast over Dv
+    assert torch.equal(zero_rows_without_keys(x, mask, 7, causal=causal), expected)
+    assert torch.equal(zero_rows_without_keys(x, None, 7, causal=causal), x)
+
+
+def sdpa_before_2_5(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                    enable_gqa=False):
+    """``F.scaled_dot_product_attention`` as PyTorch 2.1-2.4 computes it on its math path: a
+    plain softmax, so a query whose scores are all -inf gets NaN (2.5 brought a softmax that
+    gives 0 there, pytorch#133882, so today's kernels cannot show the difference)."""
+    if enable_gqa:
+        n = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(n, -3), v.repeat_interleave(n, -3)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    return F.dropout(torch.softmax(s, -1), dropout_p) @ v
+
+
+BLOCKED_ROWS = [c for c in CASES if c[3] in ("blocked row", "left", "left per query")]
+
+
+@pytest.mark.parametrize("name, T, S, padding, causal", BLOCKED_ROWS,
+                         ids=[c[0] for c in BLOCKED_ROWS])
+def test_rows_without_keys_are_zero_whatever_the_sdpa_kernel_gives(name, T, S, padding, causal,
+                                                                   monkeypatch):
+    """A query that sees no key, by the mask alone or by the mask AND causal (chapter 7's
+    left-padded batch), gets 0 on every path, also where SDPA itself gives NaN there."""
+    q, k, v, mask, keep = case_inputs(T, S, padding, causal)
+    expected, _ = reference_attention(q, k, v, keep, 8 ** -0.5)
+    blocked = ~keep.any(dim=-1)  # (B, H, T)
+    nan = sdpa_before_2_5(q, k, v, attn_mask=keep, enable_gqa=True)
+    assert nan[blocked].isnan().all()  # the stand-in does give NaN on those rows
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa_before_2_5)
+    for implementation, attend in ATTENTION_FUNCTIONS.items():
+        out, _ = attend(q, k, v, mask, causal=causal)
+        assert not out.isnan().any(), implementation
+        assert (out - expected).abs().max().item() <= 1e-12, implementation
+
+
+@pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
+@pytest.mark.parametrize("padding", ["left", "left per query"])
+def test_rows_without_keys_have_the_references_gradients(implementation, padding):
+    q, k, v, mask, keep = case_inputs(5, 7, padding, True)
+    inputs = [x.requires_grad_() for x in (q, k, v)]
+    weight = torch.randn(2, 6, 5, 8, dtype=torch.float64)  # a loss that reads every output
+    expected = torch.autograd.grad((reference_attention(q, k, v, keep, 8 ** -0.5)[0]
+                                    * weight).sum(), inputs)
+    out, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, causal=True)
+    got = torch.autograd.grad((out * weight).sum(), inputs)
+    for name, g, e in zip("qkv", got, expected):
+        assert torch.isfinite(g).all(), name
+        assert (g - e).abs().max().item() <= 1e-12, name
+    assert (got[0][~keep.any(dim=-1)] == 0).all()  # a query that sees no key gets no gradient
+
+
+def test_batched_prefill_with_left_padding_has_no_nan_on_sdpa_before_2_5(monkeypatch):
+    """Chapter 7's batched prefill: left padding and causal through the model, on sdpa with
+    the NaN of PyTorch < 2.5; the padded rows are 0, so no NaN reaches the real tokens."""
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa_before_2_5)
+    model = Decoder(DecoderConfig(attn_implementation="sdpa")).double().eval()
+    tokens = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
+    real = torch.tensor([[False, False, True, True, True], [True] * 5])
+    cache, x = model.new_cache(2), model.embed_tokens(tokens)
+    with torch.no_grad():
+        for block in model.layers:
+            x = block(x, (model.rope_cos[:5], model.rope_sin[:5]), cache,
+                      mask=real[:, None, None, :])
+        logits = model.lm_head(model.norm(x))  # (B, T, V)
+    assert not logits.isnan().any()
+    alone = model(tokens[:1, 2:])  # the real tokens of sequence 0 alone, no padding
+    assert (logits[0, 2:] - alone[0]).abs().max().item() <= 1e-10
 
 
 @pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)

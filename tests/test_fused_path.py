@@ -142,11 +142,9 @@ def test_the_kernel_gets_no_mask_is_causal_or_a_bottom_right_mask(monkeypatch):
     assert mask2[0].sum() == 10  # query 0 of the chunk sits at position 9: keys 0 … 9
 
 
-@pytest.mark.parametrize("has_gqa", [True, False], ids=["enable_gqa", "repeat_kv"])
-def test_mha_paths_agree_with_padding_mask_and_causal(has_gqa, monkeypatch):
+def test_mha_paths_agree_with_padding_mask_and_causal():
     """MultiHeadAttention, eager vs sdpa: a key-padding mask combined with causal, after a
-    cached prefix; GQA through the kernel's enable_gqa and through repeat_kv (older torch)."""
-    monkeypatch.setattr(attention, "_SDPA_HAS_GQA", has_gqa)
+    cached prefix; GQA through the kernel's enable_gqa."""
     eager = randomize_(MultiHeadAttention(32, 4, n_kv_heads=2, bias=False)).double().eval()
     fused = MultiHeadAttention(32, 4, n_kv_heads=2, bias=False, attn_implementation="sdpa")
     fused.double().eval().load_state_dict(eager.state_dict())

@@ -41,7 +41,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
-from torch.torch_version import TorchVersion
 
 from transformer_lib.cache import KVCache
 from transformer_lib.flash import flash_attention
@@ -54,11 +53,8 @@ from transformer_lib.validation import (
     check_positive,
     check_qkv,
     compute_dtype,
+    zero_rows_without_keys,
 )
-
-# F.scaled_dot_product_attention(enable_gqa=...) exists from PyTorch 2.5 on.
-_SDPA_HAS_GQA = TorchVersion(torch.__version__) >= (2, 5)
-
 
 # ---- the written-out reference and the causal mask -----------------------------------------
 
@@ -97,11 +93,7 @@ def scaled_dot_product_attention(
         check_mask(mask, T, S, scores.shape[:-2])
         scores.masked_fill_(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
-    if mask is not None:
-        # A row with no visible key is NaN after softmax(-inf, ..., -inf): make it 0.
-        has_key = mask.any(dim=-1, keepdim=True)  # broadcastable to (..., T, 1)
-        if not bool(has_key.all()):
-            weights = weights.masked_fill(~has_key, 0.0)
+    weights = zero_rows_without_keys(weights, mask, S)  # not the NaN of softmax(-inf, …, -inf)
     weights = weights.to(v.dtype)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
@@ -237,18 +229,12 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     else:
         attn_mask = attention_mask(T, S, mask, causal=causal, device=q.device)  # (..., T, S)
         is_causal = False
-    gqa = {}
-    if n_rep > 1 and _SDPA_HAS_GQA:
-        gqa = {"enable_gqa": True}  # the kernel reads each key/value head n_rep times
-    elif n_rep > 1:
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D), (B, H, S, Dv)
+    # enable_gqa: the kernel reads each key/value head n_rep times, with no repeat_kv copy
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                         is_causal=is_causal, scale=scale, **gqa)  # (B, H, T, Dv)
-    if mask is not None:  # (causal alone never blocks a whole row: key 0 is always visible)
-        has_key = mask.any(dim=-1, keepdim=True)  # broadcastable to (B, H, T, 1)
-        if not bool(has_key.all()):
-            out = out.masked_fill(~has_key, 0.0)  # (B, H, T, Dv)
-    return out, None
+                                         is_causal=is_causal, scale=scale,
+                                         enable_gqa=n_rep > 1)  # (B, H, T, Dv)
+    # A query that sees no key (mask AND causal block its row) gets 0, whatever the kernel gives.
+    return zero_rows_without_keys(out, mask, S, causal=causal), None
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,

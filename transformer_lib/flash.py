@@ -51,7 +51,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from transformer_lib.validation import check_mask, check_qkv, compute_dtype
+from transformer_lib.validation import (
+    check_mask,
+    check_qkv,
+    compute_dtype,
+    zero_rows_without_keys,
+)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
@@ -116,8 +121,10 @@ class _Tiling:
 def _finish(out: Tensor, lse: Tensor, first: int, m: Tensor, l: Tensor, acc: Tensor) -> None:
     """Write the final output and log-sum-exp of rows first … first + n - 1 into place.
 
-    A row that saw no key (every score blocked by the mask) has l = 0 and acc = 0: its output
-    is 0 and its log-sum-exp -inf."""
+    A row that saw no key (every score blocked) has l = 0 and acc = 0: it is divided by 1,
+    not 0, so that no NaN reaches the saved output (the backward pass reads it); its
+    log-sum-exp is -inf. :func:`flash_attention` then applies the library's rule for such
+    rows, :func:`transformer_lib.validation.zero_rows_without_keys`."""
     n = m.shape[-2]
     l_safe = l.masked_fill(l == 0, 1.0)  # (..., n, 1)
     out[..., first:first + n, :] = (acc / l_safe).to(out.dtype)  # (..., n, Dv)
@@ -300,4 +307,5 @@ def flash_attention(
     else:  # nothing to differentiate: the loop alone
         out, lse = _forward(q, k, v, _tiling(q, k, mask, causal, block_size), scale,
                             dropout_p)
+    out = zero_rows_without_keys(out, mask, k.shape[-2], causal=causal)  # (..., T, Dv)
     return (out, lse) if return_lse else out

@@ -43,6 +43,39 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def zero_rows_without_keys(x: Tensor, mask: Tensor | None, S: int, *,
+                           causal: bool = False) -> Tensor:
+    """The rule every attention path follows: a query that sees no key gets 0 (zero weights, a
+    zero output), not the NaN of a softmax over -inf alone. "Sees no key" is read from the
+    mask the query actually gets: ``mask`` AND, with ``causal``, the bottom-right causal mask
+    (query i sees keys 0 … S - T + i), without forming that ``(T, S)`` mask.
+
+    Args:
+        x: the weights ``(..., T, S)`` or the output ``(..., T, Dv)`` of attention.
+        mask: boolean, broadcastable to ``(..., T, S)``, True = may attend; None blocks
+            nothing (causal alone always leaves a query key 0).
+        S: the number of keys.
+        causal: the T queries are the last T of the S positions.
+
+    Returns:
+        ``x``, with the rows of queries that see no key set to 0 (``x`` itself when there are
+        none).
+    """
+    if mask is None:
+        return x
+    T = x.shape[-2]
+    mask = mask.reshape((1,) * max(0, 2 - mask.dim()) + tuple(mask.shape))  # (..., T or 1, ·)
+    has_key = mask.any(dim=-1)  # (..., T or 1)
+    if causal:  # the first key the mask lets through must come before the query's last one
+        first = mask.to(torch.uint8).argmax(dim=-1)  # (..., T or 1); argmax: the first 1
+        last = torch.arange(S - T, S, device=mask.device)  # (T,): query i sees keys ≤ S - T + i
+        has_key = has_key & (first <= last)  # (..., T)
+    has_key = has_key[..., None]  # (..., T or 1, 1)
+    if bool(has_key.all()):
+        return x
+    return x.masked_fill(~has_key, 0.0)
+
+
 def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     """Raise a ValueError naming the values unless queries ``(..., T, D)``, keys
     ``(..., S, D)`` and values ``(..., S, Dv)`` fit together: floating point, one dtype, at
