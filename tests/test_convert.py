@@ -1,12 +1,13 @@
 """Our models against independent implementations: Hugging Face Llama and torch.nn.Transformer."""
 import inspect
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
 
 from transformer_lib.attention import causal_mask
-from transformer_lib.convert import decoder_from_hf_llama, encoder_decoder_from_torch
+from transformer_lib.convert import _rope_theta, decoder_from_hf_llama, encoder_decoder_from_torch
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.positional import interleaved_to_half
 
@@ -24,6 +25,55 @@ def hf_llama(n_heads=4, n_kv_heads=2, tie=False, theta=500000.0, vocab=96, layer
     )
     model = transformers.LlamaForCausalLM(config)
     return randomize_(model, std=0.1).eval()
+
+
+# RoPE scalings of Hugging Face's configs that Decoder does not model: each changes the
+# frequencies, so a converted model would run plain RoPE and give other logits.
+SCALED_ROPE = {
+    "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192},  # Llama 3.1 - 3.3
+    "linear": {"factor": 2.0},
+    "dynamic": {"factor": 2.0},
+    "yarn": {"factor": 2.0, "original_max_position_embeddings": 4096},
+}
+
+
+@pytest.mark.parametrize("rope_type", SCALED_ROPE)
+def test_scaled_rope_is_refused_in_transformers_5_configs(rope_type):
+    """transformers 5 keeps θ and the RoPE type together in ``rope_parameters``."""
+    transformers = require("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=1,
+        num_attention_heads=4, max_position_embeddings=16384,
+        rope_parameters={"rope_type": rope_type, "rope_theta": 5e5, **SCALED_ROPE[rope_type]})
+    with pytest.raises(ValueError, match=f"only the default RoPE is supported, got "
+                                         f"rope_type='{rope_type}'"):
+        _rope_theta(config)
+    if rope_type == "llama3":  # and through the public entry, before a weight is copied
+        with pytest.raises(ValueError, match="rope_type='llama3'"):
+            decoder_from_hf_llama(transformers.LlamaForCausalLM(config))
+
+
+@pytest.mark.parametrize("rope_type", SCALED_ROPE)
+@pytest.mark.parametrize("key", ["rope_type", "type"])  # early 4.x configs said "type"
+def test_scaled_rope_is_refused_in_transformers_4_configs(rope_type, key):
+    """transformers 4 keeps θ in ``rope_theta`` and the scaling apart, in ``rope_scaling``."""
+    v4 = SimpleNamespace(rope_theta=5e5, rope_scaling={key: rope_type, **SCALED_ROPE[rope_type]})
+    with pytest.raises(ValueError, match=f"rope_type='{rope_type}' in config.rope_scaling"):
+        _rope_theta(v4)
+
+
+def test_plain_rope_passes_in_both_config_generations():
+    transformers = require("transformers")
+    assert _rope_theta(transformers.LlamaConfig(rope_theta=5e5)) == 5e5
+    assert _rope_theta(transformers.LlamaConfig(
+        rope_parameters={"rope_type": "default", "rope_theta": 2e4})) == 2e4
+    assert _rope_theta(SimpleNamespace(rope_theta=5e5, rope_scaling=None)) == 5e5
+    assert _rope_theta(SimpleNamespace(rope_theta=5e5)) == 5e5  # a 4.x config from before it
+    assert _rope_theta(SimpleNamespace(rope_theta=3e4, rope_scaling={"rope_type": "default"})) \
+        == 3e4
+    with pytest.raises(ValueError, match="could not find rope_theta"):
+        _rope_theta(SimpleNamespace(rope_scaling=None))
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", "tiled"])

@@ -17,13 +17,31 @@ from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from transformer_lib.norms import LayerNorm
 
 
+def _rope_type(params) -> str:
+    """The RoPE variant a config's RoPE dict names: ``rope_type`` (older configs: ``type``),
+    "default" when there is no dict or it names none."""
+    params = params or {}
+    return params.get("rope_type", params.get("type")) or "default"
+
+
 def _rope_theta(config) -> float:
-    """θ lives in ``config.rope_parameters["rope_theta"]`` in transformers 5.x, in
-    ``config.rope_theta`` before."""
+    """θ of a Llama config, which must use plain RoPE: a scaled RoPE (``llama3``, ``linear``,
+    ``dynamic``, ``yarn``, …) changes the frequencies, and :class:`Decoder` does not model it.
+
+    transformers 5.x keeps both in ``config.rope_parameters`` (``rope_type``, ``rope_theta``);
+    transformers 4.x keeps θ in ``config.rope_theta`` and the variant in
+    ``config.rope_scaling`` (None for plain RoPE).
+
+    Raises:
+        ValueError: the config names a RoPE type other than "default", or has no θ.
+    """
     params = getattr(config, "rope_parameters", None) or {}
-    rope_type = params.get("rope_type", "default")
-    if rope_type != "default":
-        raise ValueError(f"only the default RoPE is supported, got rope_type={rope_type!r}")
+    for where, found in (("rope_parameters", params),
+                         ("rope_scaling", getattr(config, "rope_scaling", None))):
+        rope_type = _rope_type(found)
+        if rope_type != "default":
+            raise ValueError(f"only the default RoPE is supported, got rope_type={rope_type!r} "
+                             f"in config.{where}")
     theta = params.get("rope_theta", getattr(config, "rope_theta", None))
     if theta is None:
         raise ValueError("could not find rope_theta in the Llama config")
