@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,6 +40,68 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# _build/ holds what `make book` generates; a fresh clone has none of it. In a run that leaves
+# the `book` tests out (`make check`), a test that is not marked `book` or `browser` must not
+# look there: it would pass on a machine that built the book and fail on a fresh clone. The
+# files it opens and lists are seen by an audit hook, its existence checks through os.stat.
+BUILD = str(Path(__file__).resolve().parent.parent / "_build")
+_build_reads: list[str] | None = None  # while a watched test runs: what it read under _build/
+
+
+def _under_build(path) -> str | None:
+    """``path`` as a string if it lies under _build/ (an open file descriptor never does)."""
+    if path is None or isinstance(path, int):
+        return None
+    try:
+        text = os.path.abspath(os.fsdecode(path))
+    except TypeError:
+        return None
+    return text if text == BUILD or text.startswith(BUILD + os.sep) else None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _build_reads is not None and event in ("open", "os.listdir", "os.scandir") and args:
+        path = _under_build(args[0])
+        if path is not None:
+            _build_reads.append(path)
+
+
+def pytest_configure(config):
+    if "not book" in (config.option.markexpr or ""):
+        sys.addaudithook(_audit)  # for the life of the process; idle unless a test is watched
+
+
+@pytest.fixture(autouse=True)
+def _no_build_outputs(request, monkeypatch):
+    """Fail a test of a run without the `book` tests that reads or checks a path under
+    _build/, unless it is marked `book` or `browser`."""
+    global _build_reads
+    watched = ("not book" in (request.config.option.markexpr or "")
+               and request.node.get_closest_marker("book") is None
+               and request.node.get_closest_marker("browser") is None)
+    if not watched:
+        yield
+        return
+    stat = os.stat
+
+    def watched_stat(path, *args, **kwargs):
+        found = _under_build(path)
+        if found is not None:
+            _build_reads.append(found)
+        return stat(path, *args, **kwargs)
+
+    _build_reads = []
+    monkeypatch.setattr(os, "stat", watched_stat)
+    try:
+        yield
+    finally:
+        reads, _build_reads = _build_reads, None
+    if reads:
+        pytest.fail(f"reads the book's build output {sorted(set(reads))[:3]} in a run without "
+                    "the `book` tests (a fresh clone has no _build/): mark it `book`, or leave "
+                    "_build/ out", pytrace=False)
 
 
 @torch.no_grad()
