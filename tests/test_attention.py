@@ -182,6 +182,30 @@ def test_bad_head_counts_are_rejected():
         MultiHeadAttention(12, 6, n_kv_heads=4)
 
 
+@pytest.mark.parametrize("n_heads, message", [
+    ("4", r"n_heads must be a positive integer, got '4' \(str\)"),
+    (4.0, r"n_heads must be a positive integer, got 4.0 \(float\)"),
+    (True, r"n_heads must be a positive integer, got True \(bool\)"),
+    (0, r"n_heads must be positive, got 0"),
+])
+def test_head_counts_of_another_type_get_a_value_error_naming_them(n_heads, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(64, n_heads)
+    with pytest.raises(ValueError, match=message.replace("n_heads", "n_kv_heads")):
+        MultiHeadAttention(64, 4, n_kv_heads=n_heads)
+
+
+@pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
+def test_a_float_mask_with_causal_gets_our_value_error(implementation):
+    """The mask is checked before it is combined with the causal one (where ``&`` on a float
+    mask would raise PyTorch's NotImplementedError)."""
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="mask must be a boolean tensor .* got dtype torch.float32"):
+        ATTENTION_FUNCTIONS[implementation](q, q, q, torch.ones(1, 1, 1, 4), causal=True)
+    with pytest.raises(ValueError, match="boolean"):
+        attention_mask(4, 4, torch.ones(4, 4), causal=True)
+
+
 def test_mask_that_does_not_broadcast_is_rejected():
     q = torch.randn(2, 4, 8)
     with pytest.raises(ValueError, match=r"mask of shape \(3, 4\) does not broadcast .*\(2, 4, 4\)"):

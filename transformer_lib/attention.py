@@ -135,7 +135,12 @@ def attention_mask(T: int, S: int, mask: Tensor | None = None, *, causal: bool =
 
     Returns:
         a boolean mask broadcastable to ``(..., T, S)``, or None when nothing is blocked.
+
+    Raises:
+        ValueError: ``mask`` is not boolean or does not broadcast to ``(..., T, S)``.
     """
+    if mask is not None:
+        check_mask(mask, T, S, mask.shape[:-2])  # a boolean mask, before it meets causal's
     if not causal or T == 1:
         return mask
     bottom_right = causal_mask(T, S, device=device)  # (T, S)

@@ -26,9 +26,15 @@ def check_token_ids(tokens: Tensor, vocab_size: int, *, name: str = "tokens") ->
 
 
 def check_positive(**sizes: int) -> None:
-    """Raise a ValueError naming every size that is not positive, e.g.
-    ``check_positive(d_model=0, n_heads=4)``: "d_model must be positive, got 0"."""
-    bad = [f"{name} must be positive, got {value}" for name, value in sizes.items() if value < 1]
+    """Raise a ValueError naming every size that is not a positive integer (:func:`check_int`),
+    e.g. ``check_positive(d_model=0, n_heads=4)``: "d_model must be positive, got 0";
+    ``check_positive(n_heads="4")``: "n_heads must be a positive integer, got '4' (str)"."""
+    bad = []
+    for name, value in sizes.items():
+        try:
+            check_int(name, value)
+        except ValueError as exc:
+            bad.append(str(exc))
     if bad:
         raise ValueError("; ".join(bad))
 
