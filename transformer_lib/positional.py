@@ -46,19 +46,15 @@ def rope_cos_sin(
 ) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotation angles m·θ_i for positions m = offset … offset+T-1.
 
-    θ_i = theta^(-2i / head_dim) for channel pair i = 0 … head_dim/2 - 1. Angles are
-    computed in fp64 and cast to ``dtype``.
+    θ_i = theta^(-2i / head_dim) for channel pair i = 0 … head_dim/2 - 1
+    (:func:`rope_frequencies`). Angles are computed in fp64 and cast to ``dtype``.
 
     Returns:
         ``(cos, sin)``, each ``(T, head_dim // 2)``.
     """
-    if head_dim < 2 or head_dim % 2 != 0:
-        raise ValueError(f"RoPE needs an even head_dim >= 2, got head_dim={head_dim}")
     if T < 0 or offset < 0:
         raise ValueError(f"T ({T}) and offset ({offset}) must be non-negative")
-    if theta <= 1.0:
-        raise ValueError(f"theta must be > 1, got {theta}")
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    inv_freq = rope_frequencies(head_dim, theta)  # (head_dim/2,) float64; checks both
     pos = torch.arange(offset, offset + T, dtype=torch.float64)  # (T,)
     angles = pos[:, None] * inv_freq[None, :]  # (T, head_dim/2)
     return angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype)

@@ -6,7 +6,8 @@ when something is wrong; :func:`_run` runs them, prints the verdict and returns 
 :class:`CheckResult`. Inside a case, :func:`_call` runs the student's function,
 :func:`_items` unpacks a returned pair (or triple), and :func:`_compare` says what is wrong
 with a tensor, in order: type, shape, dtype, NaN or inf, properties, values, with a hint when
-the answer matches a known mistake.
+the answer matches a known mistake; :func:`_compare_number` does the same for a number, with
+:func:`_known_mistakes` turning a table of wrong formulas into its known mistakes.
 """
 from __future__ import annotations
 
@@ -412,3 +413,30 @@ def _compare_number(got: Any, expected: float, what: str, *, rel_tol: float = 1e
     known = next((hint for wrong, hint in mistakes
                   if abs(value - wrong) <= rel_tol * abs(wrong)), None)
     raise _Failure(f"wrong value for {what}: expected {expected:.6g}, got {value:.6g}", known)
+
+
+def _known_mistakes(formula: Callable[..., float], args: Sequence[Any], names: Sequence[str],
+                    table: Sequence[tuple[dict[str, Any], str]]) -> list[tuple[float, str]]:
+    """The ``mistakes`` of :func:`_compare_number` from a table of wrong answers.
+
+    Args:
+        formula: the reference formula; its keyword arguments make it commit one mistake each
+            (e.g. ``factor=1``: keys or values, not both).
+        args: the case's arguments, as the student's function gets them.
+        names: the name of each argument; a keyword in ``table`` whose value is one of these
+            names takes that argument's value (``heads="n_heads"``).
+        table: ``(keyword arguments, hint)`` rows.
+
+    Returns:
+        ``(wrong value, hint)`` pairs, in the table's order, for the rows whose wrong value
+        differs from the right one on these arguments.
+    """
+    want = formula(*args)
+    found = []
+    for kwargs, hint in table:
+        kwargs = {k: (args[names.index(v)] if isinstance(v, str) and v in names else v)
+                  for k, v in kwargs.items()}
+        wrong = formula(*args, **kwargs)
+        if wrong != want:
+            found.append((wrong, hint))
+    return found

@@ -29,6 +29,7 @@ from transformer_lib.checks._harness import (
     _Failure,
     _generator,
     _items,
+    _known_mistakes,
     _run,
 )
 from transformer_lib.positional import apply_rope, rope_cos_sin
@@ -82,12 +83,7 @@ def check_max_context(max_context: Callable[..., int]) -> CheckResult:
             if isinstance(got, float) and not got.is_integer():
                 raise _Failure(f"returned {got}, not a whole number of positions",
                                "round down to a whole number of positions: // rather than /")
-            mistakes = []
-            for kwargs, hint in _CONTEXT_MISTAKES:
-                kwargs = {k: (args[3] if v == "n_heads" else v) for k, v in kwargs.items()}
-                wrong = _max_context(*args, **kwargs)
-                if wrong != want:
-                    mistakes.append((wrong, hint))
+            mistakes = _known_mistakes(_max_context, args, names, _CONTEXT_MISTAKES)
             _compare_number(got, want, "the context length", rel_tol=0.0, mistakes=mistakes)
         return run
 

@@ -21,6 +21,7 @@ from transformer_lib.checks._harness import (
     _Failure,
     _generator,
     _items,
+    _known_mistakes,
     _run,
 )
 from transformer_lib.ffn import SwiGLU
@@ -76,12 +77,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., int]) -> CheckResult:
         def run() -> None:
             got = _call(mla_cache_bytes, list(args), names, forbid=("MLACache",))
             want = _mla_bytes(*args)
-            mistakes = []
-            for kwargs, hint in _MLA_MISTAKES:
-                kwargs = {k: (args[3] if v == "n_heads" else v) for k, v in kwargs.items()}
-                wrong = _mla_bytes(*args, **kwargs)
-                if wrong != want:
-                    mistakes.append((wrong, hint))
+            mistakes = _known_mistakes(_mla_bytes, args, names, _MLA_MISTAKES)
             _compare_number(got, want, "the cache's bytes", rel_tol=0.0, mistakes=mistakes)
         return run
 
