@@ -59,8 +59,9 @@ class DecoderConfig:
     norm_eps: float = 1e-6  # RMSNorm epsilon
     tie_embeddings: bool = False  # share the embedding matrix with the output layer
     rope_pairing: str = "half"  # "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
-    # "eager" = the readable reference (the weights are formed and kept for plotting);
-    # "sdpa" = torch.nn.functional.scaled_dot_product_attention, fused, same numbers
+    # one of ATTN_IMPLEMENTATIONS: "eager" = the readable reference, the only one that forms
+    # the weights (kept on request, record_weights); "sdpa" = PyTorch's fused kernel;
+    # "tiled" = key tiles with an online softmax (flash.py); all three give the same numbers
     attn_implementation: str = "eager"
     positions: str = "rope"  # one of POSITIONS; the rope_* fields matter only for "rope"
 

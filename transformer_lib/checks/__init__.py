@@ -21,8 +21,9 @@ the references and mask mistakes that several chapters use, and one module per c
 To add a chapter's checkers, write ``chNN_topic.py`` here with one public ``check_<exercise>``
 function per exercise, built on the harness. This package finds the module itself and
 re-exports its checkers (``from transformer_lib.checks import check_<exercise>``); the tests
-in ``tests/test_checks_contract.py`` find them too and need only a reference solution in
-``tests/check_solutions/chNN.py``.
+in ``tests/test_checks_contract.py`` find them too and need only the exercise's reference
+solution in its chapter (the ``### BEGIN SOLUTION`` region, read by
+``tests/chapter_solutions.py``).
 """
 from __future__ import annotations
 

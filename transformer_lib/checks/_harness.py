@@ -1,5 +1,5 @@
 """The harness every checker runs on: the result, calling the student's function safely,
-comparing its output with the reference, and the checks that attention weights share.
+and comparing its output (a tensor or a number) with the reference.
 
 A checker is a list of cases, each a description and a function that raises :class:`_Failure`
 when something is wrong; :func:`_run` runs them, prints the verdict and returns a
@@ -381,9 +381,6 @@ def _compare(got: Any, expected: Tensor, what: str, *, letters: str | None = Non
     if problem is not None:
         known = next((h for wrong, h in mistakes if _matches(got, wrong, atol, rtol)), None)
         raise _Failure(problem, known or hint)
-
-
-# Properties of attention weights --------------------------------------------------------------
 
 
 # Comparing numbers ----------------------------------------------------------------------------
