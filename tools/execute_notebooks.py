@@ -51,6 +51,17 @@ def cell_timeout(root: Path = ROOT) -> int:
     return int((config.get("execute") or {}).get("timeout", DEFAULT_TIMEOUT))
 
 
+def _send_output_to(log_path: str | None) -> None:
+    """In a worker: the kernels' own output (stdout and stderr, which they inherit) goes to
+    ``log_path``, the build's log, not to the terminal."""
+    if log_path is None:
+        return
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
 def _execute(path: str, timeout: int) -> tuple[str, str | None, float, str | None]:
     """Run one notebook in its own folder, as myst-nb's cache mode does.
 
@@ -70,7 +81,7 @@ def _execute(path: str, timeout: int) -> tuple[str, str | None, float, str | Non
 
 def execute_into_cache(cache_path: Path, notebooks: list[Path] | None = None,
                        workers: int | None = None, timeout: int | None = None,
-                       log=print) -> dict[Path, float]:
+                       log=print, output: Path | None = None) -> dict[Path, float]:
     """Execute ``notebooks`` (default: the book's) ``workers`` at a time and store each one that
     ran without error in the execute cache at ``cache_path``.
 
@@ -80,6 +91,7 @@ def execute_into_cache(cache_path: Path, notebooks: list[Path] | None = None,
         workers: kernels at once (default: the number of cores, at least 1).
         timeout: seconds per cell (default: ``execute.timeout`` of ``_config.yml``).
         log: where each notebook's line (seconds, or its error) is written.
+        output: the file that gets the kernels' own output (default: this process's).
 
     Returns:
         The seconds each notebook that ran without error took. The others are left to the
@@ -96,7 +108,9 @@ def execute_into_cache(cache_path: Path, notebooks: list[Path] | None = None,
     # The longest notebooks first, so that two workers finish at about the same time.
     order = sorted(notebooks, key=lambda p: p.stat().st_size, reverse=True)
     done: dict[Path, float] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(order) or 1)) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(order) or 1),
+                             initializer=_send_output_to,
+                             initargs=(None if output is None else str(output),)) as pool:
         futures = [pool.submit(_execute, str(path), timeout) for path in order]
         for future in as_completed(futures):
             path, executed, seconds, error = future.result()
