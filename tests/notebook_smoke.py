@@ -75,6 +75,12 @@ def _loaded(node: ast.AST) -> set[str]:
                 for default in (*arguments.defaults, *arguments.kw_defaults):
                     if default is not None:
                         todo.append((default, local))
+                # Annotations are evaluated when the function is defined, like defaults.
+                annotations = [a.annotation for a in (*arguments.posonlyargs, *arguments.args,
+                                                      *arguments.kwonlyargs, arguments.vararg,
+                                                      arguments.kwarg) if a is not None]
+                annotations.append(getattr(current, "returns", None))
+                todo += [(a, local) for a in annotations if a is not None]
                 todo += [(decorator, local) for decorator in getattr(current, "decorator_list",
                                                                       [])]
                 todo += [(b, frozenset(inner)) for b in body]

@@ -34,6 +34,9 @@ def test_what_a_cell_binds_and_needs():
     assert binds == {"np", "f", "n", "squares", "C", "y"}
     assert needs == {"default", "offset", "n", "size", "Base"}  # n: read before it is bound
     assert cell_names("total += 1")[1] == {"total"}  # read, then bound
+    # Annotations are read when the function is defined.
+    assert cell_names("def g(m: Model, *a: Extra) -> Out:\n    return m")[1] == {
+        "Model", "Extra", "Out"}
     assert cell_names("%matplotlib inline") == (set(), set())  # IPython syntax: nothing
 
 
