@@ -11,6 +11,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 
+pytest_plugins = ["stage_times"]  # the time of each stage, printed at the end of a run
+
 # The device of the tests marked `gpu` (tests/test_gpu.py): CUDA, unless
 # TRANSFORMER_LIB_TEST_DEVICE names another (e.g. "cpu", to run their logic on a machine
 # without a GPU).

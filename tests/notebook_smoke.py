@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import re
 
 import nbformat
 
@@ -74,6 +75,12 @@ def _loaded(node: ast.AST) -> set[str]:
                 for default in (*arguments.defaults, *arguments.kw_defaults):
                     if default is not None:
                         todo.append((default, local))
+                # Annotations are evaluated when the function is defined, like defaults.
+                annotations = [a.annotation for a in (*arguments.posonlyargs, *arguments.args,
+                                                      *arguments.kwonlyargs, arguments.vararg,
+                                                      arguments.kwarg) if a is not None]
+                annotations.append(getattr(current, "returns", None))
+                todo += [(a, local) for a in annotations if a is not None]
                 todo += [(decorator, local) for decorator in getattr(current, "decorator_list",
                                                                       [])]
                 todo += [(b, frozenset(inner)) for b in body]
@@ -150,12 +157,75 @@ def _imports_cell(nb) -> int | None:
     return code[0] if code else None
 
 
-def smoke_cells(nb) -> list[int]:
-    """Indices, in page order, of the cells of the smoke subset of ``nb`` (see the module)."""
+_CHECK_CALL = re.compile(r"^\s*(assert\s+)?check_\w+\(", re.M)
+_STUB = re.compile(r"^\s*raise NotImplementedError\b", re.M)
+
+
+def exercise_cells(nb) -> list[int]:
+    """Indices of the cells a student copy adds or changes, and of those that use them: every
+    stub (a code cell that raises ``NotImplementedError``), every check cell (it calls a
+    ``check_*`` function), and every later code cell that reads a name a stub binds (in the
+    chapter it would have read the solution's)."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    stubs = [i for i in code if _STUB.search(nb.cells[i].source)]
+    stub_names = set().union(*(cell_names(nb.cells[i].source)[0] for i in stubs))
+    found = set(stubs)
+    for i in code:
+        binds, needs = cell_names(nb.cells[i].source)
+        if _CHECK_CALL.search(nb.cells[i].source) or (needs & stub_names and i > stubs[0]):
+            found.add(i)
+    return sorted(found)
+
+
+_OPTIONAL_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(name, ast.Name) and name.id in _OPTIONAL_ERRORS for name in caught)
+
+
+def optional_names(source: str) -> set[str]:
+    """The names a cell binds from a package it can do without: those bound in a ``try``
+    whose ``except`` catches ``ImportError`` (or ``ModuleNotFoundError``), and those assigned
+    from an expression that calls ``find_spec``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(map(_catches_import_errors, node.handlers)):
+            names |= _stored(node)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(call, ast.Call) and "find_spec" in ast.unparse(call.func)
+                for call in ast.walk(node.value)):
+            names |= set().union(*(_stored(target) for target in node.targets))
+    return names
+
+
+def optional_cells(nb) -> list[int]:
+    """Indices of the code cells (the setup cell aside) that read a name bound from an
+    optional package (:func:`optional_names`): where a chapter's fallback branch runs when the
+    package is missing."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not is_setup_cell(c)]
+    optional = set().union(*(optional_names(nb.cells[i].source) for i in code))
+    return [i for i in code if cell_names(nb.cells[i].source)[1] & optional]
+
+
+def smoke_cells(nb, seeds: list[int] | None = None) -> list[int]:
+    """Indices, in page order, of the cells of the smoke subset of ``nb`` (see the module).
+
+    Args:
+        nb: the notebook.
+        seeds: the code cells the subset is for (default: the explorer cells); the setup
+            cell, the imports and the cells the seeds need are always added.
+    """
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     names = {i: cell_names(nb.cells[i].source) for i in code}
     keep = {i for i in code if is_setup_cell(nb.cells[i])}
-    todo = [i for i in (_imports_cell(nb), *explorer_cells(nb)) if i is not None]
+    seeds = explorer_cells(nb) if seeds is None else seeds
+    todo = [i for i in (_imports_cell(nb), *seeds) if i is not None]
     while todo:
         index = todo.pop()
         if index in keep:
@@ -168,10 +238,11 @@ def smoke_cells(nb) -> list[int]:
     return sorted(keep)
 
 
-def smoke_notebook(nb):
-    """A copy of ``nb`` with only the cells of its smoke subset, outputs cleared."""
+def smoke_notebook(nb, seeds: list[int] | None = None):
+    """A copy of ``nb`` with only the cells of its smoke subset (``seeds``: as for
+    :func:`smoke_cells`), outputs cleared."""
     smoke = copy.deepcopy(nb)
-    smoke.cells = [copy.deepcopy(nb.cells[i]) for i in smoke_cells(nb)]
+    smoke.cells = [copy.deepcopy(nb.cells[i]) for i in smoke_cells(nb, seeds)]
     for cell in smoke.cells:
         cell.outputs, cell.execution_count = [], None
     nbformat.validate(smoke)

@@ -7,9 +7,10 @@ is left out here, since this machine reaches no such index: the same ``+cpu`` wh
 from the local package registry. Then it checks what was installed and runs, with a kernel of
 that environment (ipykernel and nbclient, which Binder's base image provides, are added after
 the checks), the smoke subset of every notebook (``notebook_smoke.py``: setup cell, imports,
-every explorer and the cells it needs; the book build and nbval already execute every cell)
-and, in full, every chapter that looks for an optional package (``OPTIONAL``): Binder leaves
-those packages out, so only here does such a chapter's fallback run.
+every explorer and the cells it needs; the book build and nbval already execute every cell),
+and with it, in a chapter that looks for an optional package (``OPTIONAL``), every cell that
+reads a name bound from that package (``notebook_smoke.optional_cells``) and what those cells
+need: Binder leaves those packages out, so only here do the chapters' fallback branches run.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import nbformat
 import pytest
 
 from book_support import ROOT, setup_cell
-from notebook_smoke import smoke_notebook
+from notebook_smoke import explorer_cells, optional_cells, smoke_notebook
 
 BINDER = ROOT / "binder"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -77,10 +78,14 @@ def needs_optional_package(notebook: Path) -> bool:
 
 
 def test_the_chapters_with_an_optional_package_are_found():
-    """Those run in full in Binder's environment; the search must find the known ones."""
-    full = {p.name for p in CHAPTERS if needs_optional_package(p)}
-    assert {"06_modern_decoder.ipynb", "08_fast_attention.ipynb"} <= full
-    assert "01_attention.ipynb" not in full
+    """Their fallback branches run in Binder's environment; the search must find the known
+    ones, and in each the cells that take the fallback branch."""
+    optional = {p.name for p in CHAPTERS if needs_optional_package(p)}
+    assert {"06_modern_decoder.ipynb", "08_fast_attention.ipynb"} <= optional
+    assert "01_attention.ipynb" not in optional
+    for chapter in CHAPTERS:
+        cells = optional_cells(nbformat.read(chapter, as_version=4))
+        assert bool(cells) == (chapter.name in optional), (chapter.name, cells)
 
 
 def _size(path: Path) -> int:
@@ -121,11 +126,13 @@ def test_binder_environment_is_small_and_runs_the_book(tmp_path: Path, capsys):
     subprocess.run([python, "-m", "pip", "install", "--quiet", "ipykernel", "nbclient"],
                    env=env, check=True, capture_output=True)
     runs = []  # (notebook to run, the folder it runs in)
+    fallbacks = []  # the notebooks whose fallback cells run too
     for notebook in NOTEBOOKS:
-        full = needs_optional_package(notebook)
         nb = nbformat.read(notebook, as_version=4)
-        target = tmp_path / f"{'full' if full else 'smoke'}-{notebook.name}"
-        nbformat.write(nb if full else smoke_notebook(nb), target)
+        optional = optional_cells(nb)
+        fallbacks += [notebook.name] if optional else []
+        target = tmp_path / f"smoke-{notebook.name}"
+        nbformat.write(smoke_notebook(nb, explorer_cells(nb) + optional), target)
         runs += [str(target), str(notebook.parent)]
     runner = """
 import sys, nbformat
@@ -142,6 +149,5 @@ for path, folder in zip(sys.argv[1::2], sys.argv[2::2]):
         f"a notebook failed in Binder's environment:\n{result.stderr[-6000:]}")
     assert result.stdout.count("ran ") == len(NOTEBOOKS)
     with capsys.disabled():
-        full = [line.split("full-")[1] for line in result.stdout.splitlines() if "full-" in line]
-        print(f"ran the smoke subset of {len(NOTEBOOKS) - len(full)} notebooks and in full: "
-              f"{', '.join(full)}")
+        print(f"ran the smoke subset of {len(NOTEBOOKS)} notebooks, with the fallback cells "
+              f"of {', '.join(fallbacks)}")

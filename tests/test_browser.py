@@ -180,47 +180,45 @@ def _wait_for_images(page) -> list[str]:
         .map(i => (i.currentSrc || i.src || '(no src)').slice(0, 120))""")
 
 
+_PAGE_MEASURES = """() => {
+    const nodes = Array.from(document.querySelectorAll('.math'));
+    return {math: {total: nodes.length,
+                   typeset: nodes.filter(n => n.querySelector('mjx-container')).length,
+                   errors: document.querySelectorAll('mjx-merror').length},
+            hrefs: Array.from(document.querySelectorAll('a[href]')).map(e => e.href)};
+}"""
+
+
 @pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
 def test_page(server, browser, docname):
-    page, problems = browser.open(f"{server}/{docname}.html")
-    try:
-        if docname in WIDGET_PAGES:
-            _wait_for_widgets(page)
-        _scroll_through(page)
-        broken = _wait_for_images(page)
-        assert not broken, f"images that did not load: {broken}"
+    """Loaded offline at 1366 px (the desktop crawl, :func:`_measure_on_a_desktop`): every
+    image on show loaded, every formula typeset without error, the launch links where they
+    belong, no console error, no failed request and no request that left the machine."""
+    found = _measure_on_a_desktop(server, docname, browser)
+    assert not found["broken"], f"images that did not load: {found['broken']}"
+    math = found["math"]
+    assert math["typeset"] == math["total"], f"math not typeset: {math}"
+    assert math["errors"] == 0, f"MathJax errors: {math}"
 
-        math = page.evaluate("""() => {
-            const nodes = Array.from(document.querySelectorAll('.math'));
-            return {total: nodes.length,
-                    typeset: nodes.filter(n => n.querySelector('mjx-container')).length,
-                    errors: document.querySelectorAll('mjx-merror').length};
-        }""")
-        assert math["typeset"] == math["total"], f"math not typeset: {math}"
-        assert math["errors"] == 0, f"MathJax errors: {math}"
+    hrefs = found["hrefs"]
+    if docname in notebook_docnames():
+        expected = launch_urls(docname)
+        colab = [h for h in hrefs if "colab.research.google.com" in h]
+        binder = [h for h in hrefs if "mybinder.org" in h]
+        assert colab == [expected["colab"]], colab
+        assert binder == [expected["binder"]], binder
+        assert re.fullmatch(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/"
+                            r"[\w.-]+/[\w/.-]+\.ipynb", colab[0])
+    else:  # no launch buttons on a Markdown page; only the exercise page links Colab
+        assert not any("mybinder.org" in h for h in hrefs)
+        colab = [h for h in hrefs if "colab.research.google.com" in h]
+        if docname == "appendix/exercise_notebooks":
+            assert colab and all("/exercises/" in h for h in colab), colab
+        else:
+            assert not colab, colab
 
-        hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
-        if docname in notebook_docnames():
-            expected = launch_urls(docname)
-            colab = [h for h in hrefs if "colab.research.google.com" in h]
-            binder = [h for h in hrefs if "mybinder.org" in h]
-            assert colab == [expected["colab"]], colab
-            assert binder == [expected["binder"]], binder
-            assert re.fullmatch(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/"
-                                r"[\w.-]+/[\w/.-]+\.ipynb", colab[0])
-        else:  # no launch buttons on a Markdown page; only the exercise page links Colab
-            assert not any("mybinder.org" in h for h in hrefs)
-            colab = [h for h in hrefs if "colab.research.google.com" in h]
-            if docname == "appendix/exercise_notebooks":
-                assert colab and all("/exercises/" in h for h in colab), colab
-            else:
-                assert not colab, colab
-
-        page.wait_for_timeout(300)  # late console messages
-        assert not problems, "\n".join(problems)
-        assert not browser.outside, f"requests that left the machine: {browser.outside}"
-    finally:
-        page.close()
+    assert not found["problems"], "\n".join(found["problems"])
+    assert not found["outside"], f"requests that left the machine: {found['outside']}"
 
 
 def _wait_for_widgets(page) -> None:
@@ -326,47 +324,74 @@ def drive_every_control(page) -> None:
         assert moved == len(visible)
 
 
-@pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
-def test_page_fits_a_phone(server, browser, docname):
-    """At 390 px nothing makes the page scroll sideways (wide code and tables scroll in their
-    own boxes), and widget controls stack with tracks wide enough to use."""
-    page, problems = browser.open(f"{server}/{docname}.html")
+# At a width the page overflows: the outermost elements that reach past the window outside
+# any box of their own that scrolls or clips (the culprits named in the failure).
+_SIDEWAYS_CULPRITS = """() => {
+    const W = window.innerWidth;
+    const boxed = e => {  // in a box that scrolls or clips on its own, or in a drawer
+        for (let a = e; a; a = a.parentElement) {
+            const style = getComputedStyle(a);
+            if (a !== e && ['auto', 'scroll', 'hidden'].includes(style.overflowX)) return true;
+            if (style.position === 'fixed') return true;
+        }
+        return false;
+    };
+    const wide = Array.from(document.querySelectorAll('body *')).filter(e =>
+        e.getClientRects().length && e.getBoundingClientRect().right > W + 1 && !boxed(e));
+    return wide.filter(e => !wide.includes(e.parentElement)).slice(0, 5).map(e =>
+        `<${e.tagName.toLowerCase()} class="${e.className}"> ${(e.textContent || '').trim().slice(0, 60)}`);
+}"""
+
+
+@functools.lru_cache(maxsize=None)
+def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
+    """What the phone tests look at on one page, measured once per page (the page is loaded
+    once for all of them): at 390 px its width, its sliders' tracks and its pictures; then,
+    every folded block opened, the clipped formulas at each of ``PHONE_WIDTHS``."""
+    page, problems = browser.open(f"{base}/{docname}.html")
     try:
         page.set_viewport_size(PHONE)
         if docname in WIDGET_PAGES:
             _wait_for_widgets(page)
         page.wait_for_timeout(300)  # layout after the resize
-        scroll_width, view_width = page.evaluate(
+        found = {}
+        found["scroll_width"], found["view_width"] = page.evaluate(
             "() => [document.documentElement.scrollWidth, window.innerWidth]")
-        if scroll_width > view_width:
-            culprits = page.evaluate("""() => {
-                const W = window.innerWidth;
-                const boxed = e => {  // in a box that scrolls or clips on its own, or in a drawer
-                    for (let a = e; a; a = a.parentElement) {
-                        const style = getComputedStyle(a);
-                        if (a !== e && ['auto', 'scroll', 'hidden'].includes(style.overflowX)) return true;
-                        if (style.position === 'fixed') return true;
-                    }
-                    return false;
-                };
-                const wide = Array.from(document.querySelectorAll('body *')).filter(e =>
-                    e.getClientRects().length && e.getBoundingClientRect().right > W + 1 && !boxed(e));
-                return wide.filter(e => !wide.includes(e.parentElement)).slice(0, 5).map(e =>
-                    `<${e.tagName.toLowerCase()} class="${e.className}"> ${(e.textContent || '').trim().slice(0, 60)}`);
-            }""")
-            pytest.fail(f"{docname} is {scroll_width} px wide at {view_width} px: {culprits}")
-        if docname in WIDGET_PAGES:
-            tracks = page.eval_on_selector_all(
-                ".cell_output .widget-slider .noUi-target",
-                "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().width)")
-            assert tracks and min(tracks) >= MIN_TRACK, f"slider tracks of {tracks} px"
-            pictures = page.eval_on_selector_all(
-                ".cell_output img",
-                "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
-            assert pictures and max(pictures) <= PHONE["width"], f"pictures end at {pictures} px"
-        assert not problems, "\n".join(problems)
+        found["culprits"] = (page.evaluate(_SIDEWAYS_CULPRITS)
+                             if found["scroll_width"] > found["view_width"] else [])
+        found["tracks"] = page.eval_on_selector_all(
+            ".cell_output .widget-slider .noUi-target",
+            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().width)")
+        found["pictures"] = page.eval_on_selector_all(
+            ".cell_output img",
+            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
+        found["problems_at_390"] = list(problems)
+        _unfold(page)
+        found["clipped"] = {}
+        for width in PHONE_WIDTHS:
+            _phone(page, width)
+            clipped = _clipped_math(page)
+            if clipped:
+                found["clipped"][width] = clipped
+        found["problems"] = list(problems)
+        return found
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
+def test_page_fits_a_phone(server, browser, docname):
+    """At 390 px nothing makes the page scroll sideways (wide code and tables scroll in their
+    own boxes), and widget controls stack with tracks wide enough to use."""
+    found = _measure_on_a_phone(server, docname, browser)
+    if found["scroll_width"] > found["view_width"]:
+        pytest.fail(f"{docname} is {found['scroll_width']} px wide at {found['view_width']} px: "
+                    f"{found['culprits']}")
+    if docname in WIDGET_PAGES:
+        tracks, pictures = found["tracks"], found["pictures"]
+        assert tracks and min(tracks) >= MIN_TRACK, f"slider tracks of {tracks} px"
+        assert pictures and max(pictures) <= PHONE["width"], f"pictures end at {pictures} px"
+    assert not found["problems_at_390"], "\n".join(found["problems_at_390"])
 
 
 # --- Reading: navigation, formulas, figures, the page's chrome -------------------------------
@@ -589,20 +614,10 @@ def _unfold(page) -> None:
 @pytest.mark.parametrize("docname", ALL_PAGES)
 def test_no_formula_is_clipped_on_a_phone(server, browser, docname):
     """At 320, 360 and 390 px every formula, folded blocks opened, is whole on screen or
-    scrolls in its own box."""
-    page, problems = browser.open(f"{server}/{docname}.html")
-    try:
-        _unfold(page)
-        clipped = {}
-        for width in PHONE_WIDTHS:
-            _phone(page, width)
-            found = _clipped_math(page)
-            if found:
-                clipped[width] = found
-        assert not clipped, f"{docname}: clipped formulas (width: list): {clipped}"
-        assert not problems, "\n".join(problems)
-    finally:
-        page.close()
+    scrolls in its own box (the phone crawl, :func:`_measure_on_a_phone`)."""
+    found = _measure_on_a_phone(server, docname, browser)
+    assert not found["clipped"], f"{docname}: clipped formulas (width: list): {found['clipped']}"
+    assert not found["problems"], "\n".join(found["problems"])
 
 
 _DESKTOP_MEASURES = """() => {
@@ -631,17 +646,18 @@ _DESKTOP_MEASURES = """() => {
 
 @functools.lru_cache(maxsize=None)
 def _measure_on_a_desktop(base: str, docname: str, browser) -> dict:
-    """What the desktop tests look at on one page at 1366 × 900, measured once per page."""
+    """What the desktop tests look at on one page at 1366 × 900, measured once per page (the
+    page is loaded once for all of them)."""
     page, problems = browser.open(f"{base}/{docname}.html")
     try:
         page.set_viewport_size(DESKTOP)
         if docname in WIDGET_PAGES:
             _wait_for_widgets(page)
         _scroll_through(page)
-        _wait_for_images(page)
-        page.wait_for_timeout(300)
-        found = page.evaluate(_DESKTOP_MEASURES)
-        found["problems"] = list(problems)
+        broken = _wait_for_images(page)
+        page.wait_for_timeout(300)  # late console messages
+        found = page.evaluate(_DESKTOP_MEASURES) | page.evaluate(_PAGE_MEASURES)
+        found.update(broken=broken, problems=list(problems), outside=list(browser.outside))
         return found
     finally:
         page.close()

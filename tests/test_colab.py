@@ -7,12 +7,14 @@ smoke subset then runs (``notebook_smoke.py``: the setup cell, the imports, ever
 and the cells it needs; the book build and nbval already execute every cell), as in a fresh
 Colab runtime: the kernel imports ipywidgets at start (an IPython startup file), the setup cell
 installs the library from a copy of this checkout (``TRANSFORMER_LIB_SOURCE``), and after the
-notebook a probe cell moves every explorer control in the kernel. Between notebooks the library
-is uninstalled again. For each notebook the test asserts: every cell of the subset ran;
-``pip freeze`` shows no preinstalled package changed; every widget model the notebook created
-is one that ipywidgets 7.7.1 provides (Colab's front end draws only those); every explorer has
-controls, and every control changes a picture through the kernel. It also reports how long the
-setup cell took.
+notebook a probe cell moves every explorer control in the kernel. The setup cell's own install
+is tested once, on chapter 0, in the runtime without the library (it is the same cell in every
+notebook: ``tests/test_publishing.py`` and ``tools/setup_cell.py`` keep it so); the library
+then stays installed, and every notebook runs with it, its setup cell finding it there. For
+each notebook the test asserts: every cell of the subset ran; ``pip freeze`` shows no
+preinstalled package changed; every widget model the notebook created is one that ipywidgets
+7.7.1 provides (Colab's front end draws only those); every explorer has controls, and every
+control changes a picture through the kernel. It also reports how long the setup cell took.
 
 Slow (about two minutes, most of it building the environment): marked ``slow``; CI runs it.
 """
@@ -152,53 +154,95 @@ def colab(tmp_path_factory):
     yield python, env, baseline, {tuple(m) for m in json.loads(models)}, root
 
 
+def _uninstall(python: str, env: dict) -> None:
+    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "-y", "transformer_lib"],
+                   env=env, capture_output=True)
+
+
+def _run_smoke(colab, notebook, name: str):
+    """Run the smoke subset of ``notebook`` and the probe; the executed notebook's code cells."""
+    python, env, _, _, root = colab
+    smoke, executed = root / f"{name}-{notebook.name}", root / f"executed-{name}-{notebook.name}"
+    nbformat.write(smoke_notebook(nbformat.read(notebook, as_version=4)), smoke)
+    run = subprocess.run([python, "-c", RUNNER, str(smoke), str(executed),
+                          str(root / "probe.py"), str(notebook.parent)], env=env, cwd=root,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, f"the runner failed:\n{run.stderr[-6000:]}"
+    nb = nbformat.read(executed, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code)
+              for o in c.outputs if o.get("output_type") == "error"]
+    assert not errors, f"cells raised in the Colab-like runtime: {errors}"
+    assert all(c.execution_count is not None for c in code)
+    return nb, code
+
+
+def _assert_only_the_library_was_added(colab):
+    python, env, baseline, _, _ = colab
+    after = _freeze(python, env)
+    assert after.pop("transformer-lib", None), "the library is installed"
+    changed = {n: (baseline.get(n), after.get(n)) for n in baseline.keys() | after.keys()
+               if baseline.get(n) != after.get(n)}
+    assert not changed, f"the setup cell changed preinstalled packages: {changed}"
+
+
+def _setup_seconds(setup) -> str:
+    timing = setup.metadata.get("execution", {})
+    if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+        from datetime import datetime
+        start = datetime.fromisoformat(timing["iopub.execute_input"].rstrip("Z"))
+        end = datetime.fromisoformat(timing["shell.execute_reply"].rstrip("Z"))
+        return f"{(end - start).total_seconds():.1f}"
+    return "?"
+
+
+def test_the_setup_cell_installs_the_library_in_a_colab_like_runtime(colab, capsys):
+    """The one install of the module: a runtime without the library, chapter 0's smoke subset
+    (its setup cell installs the library, then the chapter imports it)."""
+    python, env = colab[:2]
+    _uninstall(python, env)
+    assert "transformer-lib" not in _freeze(python, env)
+    _, code = _run_smoke(colab, ROOT / "chapters" / "00_setup.ipynb", "install")
+    _assert_only_the_library_was_added(colab)
+    setup = code[0]
+    assert "pip" not in "".join(o.get("text", "") for o in setup.outputs), setup.outputs
+    with capsys.disabled():
+        print(f"\nthe setup cell installed the library in {_setup_seconds(setup)} s")
+
+
+@pytest.fixture(scope="module")
+def colab_with_library(colab):
+    """The Colab-like runtime with the library installed as the setup cell installs it."""
+    python, env = colab[:2]
+    if "transformer-lib" not in _freeze(python, env):
+        pip = subprocess.run([python, "-m", "pip", "install", "--quiet",
+                              env[setup_cell.SOURCE_VARIABLE]], env=env, capture_output=True,
+                             text=True)
+        assert pip.returncode == 0, pip.stderr[-4000:]
+    return colab
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_in_a_colab_like_runtime(colab, notebook, capsys):
-    python, env, baseline, models_7x, root = colab
+def test_notebook_runs_in_a_colab_like_runtime(colab_with_library, notebook, capsys):
+    colab = colab_with_library
     chapter = nbformat.read(notebook, as_version=4)
-    smoke, executed = root / f"smoke-{notebook.name}", root / f"executed-{notebook.name}"
-    nbformat.write(smoke_notebook(chapter), smoke)
-    try:
-        run = subprocess.run([python, "-c", RUNNER, str(smoke), str(executed),
-                              str(root / "probe.py"), str(notebook.parent)], env=env, cwd=root,
-                             capture_output=True, text=True)
-        assert run.returncode == 0, f"the runner failed:\n{run.stderr[-6000:]}"
-        nb = nbformat.read(executed, as_version=4)
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code)
-                  for o in c.outputs if o.get("output_type") == "error"]
-        assert not errors, f"cells raised in the Colab-like runtime: {errors}"
-        assert all(c.execution_count is not None for c in code)
+    nb, code = _run_smoke(colab, notebook, "smoke")
+    _assert_only_the_library_was_added(colab)
+    models_7x = colab[3]
 
-        after = _freeze(python, env)
-        assert after.pop("transformer-lib", None), "the setup cell installed the library"
-        changed = {n: (baseline.get(n), after.get(n)) for n in baseline.keys() | after.keys()
-                   if baseline.get(n) != after.get(n)}
-        assert not changed, f"the setup cell changed preinstalled packages: {changed}"
+    state = nb.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    used = {(m["model_module"], m["model_module_version"], m["model_name"])
+            for m in state.values()}
+    assert not used - models_7x, f"models ipywidgets 7.7.1 lacks: {sorted(used - models_7x)}"
 
-        state = nb.metadata.get("widgets", {}).get(
-            "application/vnd.jupyter.widget-state+json", {}).get("state", {})
-        used = {(m["model_module"], m["model_module_version"], m["model_name"])
-                for m in state.values()}
-        assert not used - models_7x, f"models ipywidgets 7.7.1 lacks: {sorted(used - models_7x)}"
+    probe = [line for o in code[-1].outputs for line in o.get("text", "").splitlines()
+             if line.startswith("PROBE ")]
+    moved = json.loads(probe[0][len("PROBE "):])
+    assert bool(moved) == bool(explorer_cells(chapter)), "explorers without controls"
+    assert all(m["changed"] for m in moved), f"controls that changed no picture: {moved}"
 
-        probe = [line for o in code[-1].outputs for line in o.get("text", "").splitlines()
-                 if line.startswith("PROBE ")]
-        moved = json.loads(probe[0][len("PROBE "):])
-        assert bool(moved) == bool(explorer_cells(chapter)), "explorers without controls"
-        assert all(m["changed"] for m in moved), f"controls that changed no picture: {moved}"
-
-        setup = code[0]  # the setup cell (the title is Markdown)
-        timing = setup.metadata.get("execution", {})
-        with capsys.disabled():
-            seconds = "?"
-            if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
-                from datetime import datetime
-                start = datetime.fromisoformat(timing["iopub.execute_input"].rstrip("Z"))
-                end = datetime.fromisoformat(timing["shell.execute_reply"].rstrip("Z"))
-                seconds = f"{(end - start).total_seconds():.1f}"
-            print(f"\n{notebook.name}: {len(code) - 1} cells of the smoke subset; setup cell "
-                  f"{seconds} s; {len(state)} widget models; {len(moved)} controls moved")
-    finally:
-        subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "-y", "transformer_lib"],
-                       env=env, capture_output=True)
+    with capsys.disabled():
+        print(f"\n{notebook.name}: {len(code) - 1} cells of the smoke subset; setup cell "
+              f"{_setup_seconds(code[0])} s; {len(state)} widget models; "
+              f"{len(moved)} controls moved")

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from book_support import ROOT
-from notebook_smoke import cell_names, explorer_cells, smoke_cells, smoke_notebook
+from notebook_smoke import cell_names, exercise_cells, explorer_cells, smoke_cells, smoke_notebook
 from setup_cell import is_setup_cell
 
 NOTEBOOKS = [*sorted((ROOT / "chapters").glob("*.ipynb")),
@@ -34,6 +34,9 @@ def test_what_a_cell_binds_and_needs():
     assert binds == {"np", "f", "n", "squares", "C", "y"}
     assert needs == {"default", "offset", "n", "size", "Base"}  # n: read before it is bound
     assert cell_names("total += 1")[1] == {"total"}  # read, then bound
+    # Annotations are read when the function is defined.
+    assert cell_names("def g(m: Model, *a: Extra) -> Out:\n    return m")[1] == {
+        "Model", "Extra", "Out"}
     assert cell_names("%matplotlib inline") == (set(), set())  # IPython syntax: nothing
 
 
@@ -46,6 +49,19 @@ def test_an_explorer_keeps_the_cells_it_needs_and_no_others():
         "attention_explorer(model)")  # 5: the explorer
     assert explorer_cells(nb) == [5]
     assert smoke_cells(nb) == [1, 2, 3, 5]
+
+
+def test_a_student_copy_keeps_its_stubs_checks_and_their_users():
+    nb = _notebook(
+        "import torch\nfrom transformer_lib.checks import check_double",  # 1: imports
+        "x = torch.ones(3)",  # 2
+        "plot = x * 0  # an unrelated cell",  # 3
+        "def double(t):\n    # YOUR CODE HERE\n    raise NotImplementedError",  # 4: the stub
+        "check_double(double)",  # 5: its check
+        "print(double(x))",  # 6: a later cell that uses the stub's name
+        "print(plot)")  # 7
+    assert exercise_cells(nb) == [4, 5, 6]
+    assert smoke_cells(nb, exercise_cells(nb)) == [1, 2, 4, 5, 6]
 
 
 def test_a_name_no_earlier_cell_binds_keeps_every_cell_before_it():

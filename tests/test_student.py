@@ -4,9 +4,9 @@ The chapters hold the exercises with their solutions; ``exercises/`` holds the c
 student copies. These tests check that the copies are current; that no line of a solution
 or of a self-check answer reaches them; that every exercise follows the four-cell pattern
 (task, hidden reference, hidden check, folded solution whose code is kept equal to the
-reference); that the copies run to the end reporting every exercise as not attempted yet;
-that the generator refuses what it cannot strip cleanly; and that the book numbers the
-exercises, shows the reference code only in the folded solutions and no checker verdict.
+reference); that what a copy adds (stubs, checks, the cells using them) runs and reports
+every exercise as not attempted yet; that the generator refuses what it cannot strip
+cleanly; and that the book numbers the exercises, shows the reference code only in the folded solutions and no checker verdict.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 import make_student  # tools/make_student.py
 import setup_cell  # tools/setup_cell.py
 from book_support import ROOT, config, ensure_built_book, toc_docnames
+from notebook_smoke import exercise_cells, smoke_notebook
 
 CHAPTERS = ROOT / "chapters"
 EXERCISES = ROOT / "exercises"
@@ -385,12 +386,20 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
 @pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
 @pytest.mark.notebook
 def test_student_copy_runs_and_reports_not_attempted(chapter):
-    """Executed top to bottom, as a student would on receiving it: no cell fails, and every
-    checker says the exercise is not attempted yet. This is the only run of the copies
-    (nbval does not collect exercises/: see test_student_copies_are_run_once)."""
+    """What a student copy adds to its chapter runs, as a student would run it on receiving
+    the copy: its stubs, its check cells and every cell that uses a stub's name, with the setup
+    cell, the imports and whatever those cells need (``notebook_smoke.exercise_cells``; every
+    other cell is the chapter's own, which the book build and nbval execute). No cell fails,
+    and every checker says the exercise is not attempted yet. This is the only run of the
+    copies (nbval does not collect exercises/: see test_student_copies_are_run_once)."""
     from nbclient import NotebookClient
 
-    nb = _read(EXERCISES / chapter.name)
+    copy = _read(EXERCISES / chapter.name)
+    seeds = exercise_cells(copy)
+    checks = [i for i, c in enumerate(copy.cells)
+              if c.cell_type == "code" and re.search(r"^(check_\w+)\(", c.source, re.M)]
+    assert checks and set(checks) <= set(seeds), "a check cell would not run"
+    nb = smoke_notebook(copy, seeds)
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(EXERCISES)}}).execute()
     for cell in nb.cells:
