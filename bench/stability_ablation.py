@@ -30,14 +30,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from transformer_lib.stability import (
-    ABLATION_FILE,
-    NORMS,
+    NORM_PLACEMENTS,
+    STABILITY_FILE,
     parameter_defaults,
     stability_ablation,
 )
 from transformer_lib.tasks import SCHEDULES
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "transformer_lib" / "data" / ABLATION_FILE
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "transformer_lib" / "data" / STABILITY_FILE
 DEFAULTS = parameter_defaults(stability_ablation)  # the sweep shipped with the library
 
 
@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr-scale", type=float, default=DEFAULTS["lr_scale"],
                         help="factor on the Noam rate, as train_reversal's lr_scale "
                              "(default: %(default)s)")
-    parser.add_argument("--norms", nargs="+", choices=NORMS, default=list(DEFAULTS["norms"]),
+    parser.add_argument("--norms", nargs="+", choices=NORM_PLACEMENTS,
+                        default=list(DEFAULTS["norms"]),
                         help="norm placements to run (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"where to write the JSON (default: {DEFAULT_OUT})")

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.attention import MultiHeadAttention, record_weights
+from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.recording import record_weights
 from transformer_lib.widgets.heads import TWO_READS_HEADS_FILE
 
 OUT = Path(__file__).resolve().parents[1] / "transformer_lib" / "data" / TWO_READS_HEADS_FILE

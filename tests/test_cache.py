@@ -6,7 +6,6 @@ import torch
 from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.cache import KVCache, PositionCache, cache_length
 from transformer_lib.decoder import Decoder, DecoderConfig
-from transformer_lib.decoder import KVCache as KVCacheFromDecoder
 from transformer_lib.variants.mla import MLACache, MLAConfig, MultiHeadLatentAttention
 
 from conftest import randomize_
@@ -42,8 +41,10 @@ def test_layer_writes_into_the_slot_of_its_layer_idx():
     assert (cache.k[:2] == 0).all() and (cache.k[2, :, :, :7] != 0).all()
 
 
-def test_decoder_module_still_exports_the_cache():
-    assert KVCacheFromDecoder is KVCache
+def test_the_cache_is_exported_by_cache_only():
+    from transformer_lib import decoder
+
+    assert "KVCache" not in decoder.__all__
 
 
 # ---- one contract for both caches ---------------------------------------------------------

@@ -3,6 +3,9 @@ in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
+import torch
+
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch03_multi_head,
     check_attention_memory,
@@ -11,7 +14,7 @@ from transformer_lib.checks import (
 )
 
 from chapter_solutions import references
-from conftest import mistake_tests
+from conftest import mistake_tests, randomize_
 
 split_qkv, to_per_head_layout = references("03_multi_head", "split_qkv", "to_per_head_layout")
 
@@ -95,3 +98,21 @@ WRONG = [
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
     mistake_tests(WRONG, ch03_multi_head))
+
+
+@torch.no_grad()
+def test_reference_heads_follow_multi_head_attention():
+    """The head layout the checkers expect (``_split_heads``, used by check_split_qkv) is the
+    one MultiHeadAttention uses: with identity projections, the layer is
+    merge(sdpa(split(x)))."""
+    B, T, C, H = 2, 5, 12, 3
+    mha = randomize_(MultiHeadAttention(C, H))
+    for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.o_proj):
+        proj.weight.copy_(torch.eye(C))
+        proj.bias.zero_()
+    x = torch.randn(B, T, C)
+    heads = ch03_multi_head._split_heads(x, H)  # (B, H, T, D)
+    out, _ = scaled_dot_product_attention(heads, heads, heads)
+    merged = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
+    torch.testing.assert_close(mha(x), merged, atol=1e-6, rtol=1e-6)
+    assert torch.equal(heads.transpose(1, 2).reshape(B, T, C), x)

@@ -1,7 +1,6 @@
-"""The harness the checkers share (``transformer_lib/checks/_harness.py``) and the references
-and mask mistakes of ``_reference.py``: helpers named when unfinished, each hint once, a fault
-in a checker reported, the result shown once in a notebook, numbers compared with their
-known mistakes, one wording per mask mistake."""
+"""The harness the checkers share (``transformer_lib/checks/_harness.py``): helpers named
+when unfinished, each hint once, a fault in a checker reported, the result shown once in a
+notebook, numbers compared with their known mistakes, one wording per mask mistake."""
 from __future__ import annotations
 
 import math
@@ -9,10 +8,8 @@ import math
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
     _harness,
-    _reference,
     ch01_attention,
     check_chunked_causal_attention,
     check_left_padded_causal_mask,
@@ -21,7 +18,7 @@ from transformer_lib.checks import (
 )
 
 from chapter_solutions import references
-from conftest import randomize_, run_check
+from conftest import run_check
 
 chunked_causal_attention, score_scale = references(
     "01_attention", "chunked_causal_attention", "score_scale")
@@ -148,24 +145,6 @@ def test_a_number_is_compared_with_its_known_mistakes():
         failure = _failure(_harness._compare_number, odd, 32.0, "the scale")
         assert failure.message.startswith("the scale should be a number, got")
         assert described in failure.message
-
-
-@torch.no_grad()
-def test_reference_heads_follow_multi_head_attention():
-    """The head layout the checkers expect (``_split_heads``, used by check_split_qkv) is the
-    one MultiHeadAttention uses: with identity projections, the layer is
-    merge(sdpa(split(x)))."""
-    B, T, C, H = 2, 5, 12, 3
-    mha = randomize_(MultiHeadAttention(C, H))
-    for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.o_proj):
-        proj.weight.copy_(torch.eye(C))
-        proj.bias.zero_()
-    x = torch.randn(B, T, C)
-    heads = _reference._split_heads(x, H)  # (B, H, T, D)
-    out, _ = scaled_dot_product_attention(heads, heads, heads)
-    merged = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
-    torch.testing.assert_close(mha(x), merged, atol=1e-6, rtol=1e-6)
-    assert torch.equal(heads.transpose(1, 2).reshape(B, T, C), x)
 
 
 

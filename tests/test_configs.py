@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 
 import pytest
 import torch
 
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from transformer_lib.validation import check_overrides
 from transformer_lib.variants.mla import MLAConfig
 
 NAN, INF = math.nan, math.inf
@@ -106,7 +106,7 @@ def test_the_sizes_agree_with_each_other_after_their_types():
         MLAConfig(qk_rope_head_dim=7)
 
 
-# One vocabulary: norm_eps and max_seq_len in every config; the old names still work.
+# One vocabulary: norm_eps and max_seq_len in every config; the old names are gone.
 
 
 def test_the_configs_share_their_field_names():
@@ -117,38 +117,25 @@ def test_the_configs_share_their_field_names():
         assert not any(old in n for n in names), old
 
 
-def test_old_encoder_decoder_names_work_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="max_len is now called max_seq_len"):
-        config = make(EncoderDecoderConfig, max_len=20, norm_eps=1e-3)
-    assert (config.max_seq_len, config.norm_eps) == (20, 1e-3)
-    with pytest.warns(DeprecationWarning, match="eps is now called norm_eps"):
-        assert make(EncoderDecoderConfig, max_seq_len=20, eps=1e-3) == config
-    with pytest.warns(DeprecationWarning):
-        assert config.max_len == 20
-    with pytest.warns(DeprecationWarning):
-        assert config.eps == 1e-3
-    assert set(dataclasses.asdict(config)).isdisjoint({"max_len", "eps"})
-    assert " eps=" not in repr(config) and "max_len" not in repr(config)
-    model = EncoderDecoder(config)
-    with pytest.warns(DeprecationWarning, match="EncoderDecoder.max_len is now called"):
-        assert model.max_len == 20 == model.max_seq_len
-    assert model.pos_encoding.shape[0] == 20
-    assert model.encoder.layers[0].norm1.eps == 1e-3
-    with pytest.raises(ValueError, match="give max_seq_len or its old name max_len, not both"):
-        make(EncoderDecoderConfig, max_len=20, max_seq_len=30)
+def test_the_old_names_are_gone():
+    """``max_len``, ``eps`` (EncoderDecoderConfig) and ``rms_norm_eps`` (MLAConfig) were
+    renamed in 0.5.0; the old names are unknown keywords and attributes now."""
+    for cls, old in ((EncoderDecoderConfig, "max_len"), (EncoderDecoderConfig, "eps"),
+                     (MLAConfig, "rms_norm_eps")):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            make(cls, **{old: 20})
+        assert not hasattr(make(cls), old)
+    assert not hasattr(EncoderDecoder(make(EncoderDecoderConfig, max_seq_len=20)), "max_len")
 
 
-def test_old_names_are_checked_under_the_new_name():
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="^norm_eps must"):
-        make(EncoderDecoderConfig, eps=0.0)
+def test_check_overrides_names_every_unknown_field_of_any_config():
+    check_overrides(EncoderDecoderConfig, {"n_layers": 1, "norm_first": True})  # all known
+    check_overrides(DecoderConfig, {})
+    with pytest.raises(ValueError, match=r"unknown DecoderConfig fields: \['heads', 'layers'\]"):
+        check_overrides(DecoderConfig, {"layers": 2, "heads": 4, "d_model": 8})
+    with pytest.raises(ValueError, match=r"unknown EncoderDecoderConfig fields: \['n_kv_heads'\]"):
+        check_overrides(EncoderDecoderConfig, {"n_kv_heads": 1})
 
-
-def test_mla_keeps_deepseeks_rms_norm_eps_as_a_silent_alias():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning: it is Hugging Face's name, kept on purpose
-        config = MLAConfig(rms_norm_eps=1e-5)
-        assert config.norm_eps == 1e-5 and config.rms_norm_eps == 1e-5
-    assert "rms_norm_eps" not in dataclasses.asdict(config)
 
 
 def test_a_config_round_trips_through_asdict():

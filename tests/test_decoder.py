@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.attention import ATTN_IMPLEMENTATIONS, causal_mask
-from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.decoder import Decoder, DecoderConfig, init_weights
 from transformer_lib.positional import rope_cos_sin
 
 from conftest import randomize_
@@ -66,6 +66,18 @@ def test_initial_loss_is_close_to_log_vocab():
     logits = model(tokens)
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, 64), tokens[:, 1:].reshape(-1))
     assert abs(loss.item() - math.log(64)) < 0.1
+
+
+def test_init_weights_is_the_decoders_own_initialisation():
+    """A part built later (text.py's ReLU FFN) gets the model's init: N(0, 0.02) weights,
+    zero biases; a norm keeps its ones."""
+    torch.manual_seed(0)
+    linear, norm = torch.nn.Linear(256, 256), torch.nn.LayerNorm(8)
+    torch.nn.init.ones_(norm.bias)
+    torch.nn.Sequential(linear, norm).apply(init_weights)
+    assert abs(linear.weight.std().item() - 0.02) < 0.001  # 65,536 draws: std within 5 %
+    assert torch.equal(linear.bias, torch.zeros(256))
+    assert torch.equal(norm.weight, torch.ones(8)) and torch.equal(norm.bias, torch.ones(8))
 
 
 # ---- one causal rule: the model asks, the attention decides ----------------------------

@@ -15,10 +15,10 @@ from transformer_lib.attention import (
     ATTENTION_FUNCTIONS,
     MultiHeadAttention,
     causal_mask,
-    record_weights,
     sdpa_attention,
 )
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.recording import record_weights
 
 from conftest import randomize_
 

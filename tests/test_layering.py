@@ -1,96 +1,81 @@
-"""The library's layers, read from its imports (never upward):
+"""The library's import rules are import-linter contracts in pyproject.toml
+(``[tool.importlinter]``): core (attention, recording, norms, positional, ffn, cache,
+validation, flash, sampling, variants) -> models (encoder_decoder, decoder, convert) ->
+teaching (tasks, stability, text, recall, measure, resources, plotting, widgets, checks),
+never upward; ``checks`` a leaf; core and models never import plotting, widgets or checks; and
+no import circle between the modules of a package.
 
-core (attention, recording, norms, positional, ffn, cache, validation, flash, sampling,
-variants)
--> models (encoder_decoder, decoder, convert)
--> teaching (tasks, stability, text, recall, measure, resources, plotting, widgets, checks).
-
-A core module imports no model or teaching module, a model no teaching module. ``checks`` (the
-exercise checkers, one per chapter) is a leaf: no other library module imports it. The sets
-below are the one list of layers; the docs are checked against them.
+Here: the contracts hold (``lint-imports``), every module has a layer (a contract does not ask
+that), and the contracts catch an upward import and a circle planted in a copy of the library.
+``CORE``, ``MODELS`` and ``TEACHING``, read from the contract, are the one list of layers; the
+docs are checked against them.
 """
-import ast
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
-import pytest
-
-LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
-CORE = {"attention", "recording", "norms", "positional", "ffn", "cache", "validation", "flash",
-        "sampling", "variants"}
-MODELS = {"encoder_decoder", "decoder", "convert"}
-TEACHING = {"tasks", "stability", "text", "recall", "measure", "resources", "plotting", "widgets",
-            "checks"}
-LEAVES = {"checks"}  # teaching modules no other library module may import
+ROOT = Path(__file__).resolve().parent.parent
+LIB = ROOT / "transformer_lib"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+CONTRACTS = {c["id"]: c for c in tomllib.loads(
+    (ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]}
 
 
-def _module_of(path: Path) -> str:
-    """The top-level library module a file belongs to: 'checks' for checks/ch01_attention.py."""
-    parts = path.relative_to(LIB).with_suffix("").parts
-    return parts[0]
+def _layer(text: str) -> set[str]:
+    return {name.strip() for name in text.split(":")}
 
 
-def _imported(path: Path) -> set[str]:
-    """The library modules a file imports (absolute or relative), by top-level name."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: inside a package of the library
-                names.add(_module_of(path))
-                continue
-            modules = [node.module or ""]
-            if modules == ["transformer_lib"]:  # from transformer_lib import widgets
-                modules = [f"transformer_lib.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for module in modules:
-            parts = module.split(".")
-            if parts[0] == "transformer_lib" and len(parts) > 1:
-                names.add(parts[1])
-    return names
+_CHECKS, _TEACHING, _MODELS, _CORE = CONTRACTS["layers"]["layers"]
+CORE, MODELS = _layer(_CORE), _layer(_MODELS)
+TEACHING = _layer(_TEACHING) | _layer(_CHECKS)
 
 
-FILES = sorted(p for p in LIB.rglob("*.py") if p.name != "__init__.py" or p.parent != LIB)
+def _lint_imports(cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``lint-imports`` with the contracts of ``cwd``/pyproject.toml, without a cache."""
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
-def test_every_module_has_a_layer():
-    modules = {_module_of(p) for p in FILES}
-    unplaced = modules - (CORE | MODELS | TEACHING)
-    assert not unplaced, f"put {sorted(unplaced)} in one of the three layers"
-    assert {"attention", "encoder_decoder", "decoder", "tasks", "checks", "plotting",
-            "widgets"} <= modules
+def test_the_import_contracts_hold():
+    run = _lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Contracts: 3 kept, 0 broken." in run.stdout
 
 
-def test_the_layers_do_not_overlap_and_the_docstring_lists_them():
+def test_every_module_has_one_layer():
+    modules = {p.stem if p.is_file() else p.name for p in LIB.iterdir()
+               if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()}
     assert not (CORE & MODELS or CORE & TEACHING or MODELS & TEACHING)
+    assert modules == CORE | MODELS | TEACHING, (
+        f"put {sorted(modules - (CORE | MODELS | TEACHING))} in a layer of pyproject.toml; "
+        f"no such module: {sorted((CORE | MODELS | TEACHING) - modules)}")
+    forbidden = CONTRACTS["no-figures-below-teaching"]["source_modules"]
+    assert {name.removeprefix("transformer_lib.") for name in forbidden} == CORE | MODELS
     words = set(__doc__.replace(",", " ").replace("(", " ").replace(")", " ").split())
-    missing = (CORE | MODELS | TEACHING) - words
-    assert not missing, f"the module docstring does not list {sorted(missing)}"
+    assert CORE | MODELS | TEACHING <= words, "the module docstring lists every layer"
 
 
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
-def test_imports_never_go_up_a_layer(path):
-    module, imported = _module_of(path), _imported(path)
-    if module in CORE:
-        assert not imported & (MODELS | TEACHING), f"core module {module} imports {imported}"
-    if module in MODELS:
-        assert not imported & TEACHING, f"model module {module} imports {imported}"
-
-
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(LIB)) for p in FILES])
-def test_nothing_outside_checks_imports_checks(path):
-    module = _module_of(path)
-    leaves = _imported(path) & LEAVES - {module}
-    assert not leaves, f"{path.relative_to(LIB)} imports {sorted(leaves)}, which must stay leaves"
-
-
-def test_the_reader_catches_an_upward_import(tmp_path):
-    fake = LIB / "attention.py"
-    source = ("from transformer_lib.tasks import BOS\nimport transformer_lib.widgets as w\n"
-              "from transformer_lib import checks\n")
-    tree_file = tmp_path / "attention.py"
-    tree_file.write_text(source, encoding="utf-8")
-    assert _imported(tree_file) == {"tasks", "widgets", "checks"}
-    assert _module_of(fake) == "attention"
-    assert _module_of(LIB / "plotting" / "style.py") == "plotting"
+def test_the_contracts_catch_an_upward_import_and_a_circle(tmp_path):
+    """In a copy of the library, validation (core) imports resources (teaching), and tasks
+    imports stability inside a function, as the lazy re-export of 0.4 did (a circle: stability
+    imports tasks): both contracts break."""
+    shutil.copytree(LIB, tmp_path / "transformer_lib",
+                    ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    validation = tmp_path / "transformer_lib" / "validation.py"
+    validation.write_text(validation.read_text(encoding="utf-8")
+                          + "\nfrom transformer_lib.resources import load_json  # noqa\n",
+                          encoding="utf-8")
+    tasks = tmp_path / "transformer_lib" / "tasks.py"
+    tasks.write_text(tasks.read_text(encoding="utf-8") + (
+        "\n\ndef __getattr__(name):\n    from transformer_lib import stability\n\n"
+        "    return getattr(stability, name)\n"), encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+    run = _lint_imports(tmp_path, env)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Contracts: 1 kept, 2 broken." in run.stdout
+    assert "transformer_lib.validation -> transformer_lib.resources" in run.stdout
+    assert "No cycles are allowed in transformer_lib.\n" in run.stdout
+    assert "- .tasks -> .stability (1 import)" in run.stdout

@@ -1,4 +1,8 @@
+import json
 import math
+import subprocess
+import sys
+import textwrap
 
 import matplotlib
 
@@ -703,7 +707,7 @@ def test_phone_text_px_scales_text_to_the_phone_column():
 
 
 def test_book_style_shows_figures_as_svg_in_ipython():
-    """The style, applied at import, makes IPython show a figure as SVG (vector: sharp at
+    """The style, once asked for, makes IPython show a figure as SVG (vector: sharp at
     any density) and no longer as a 1x PNG, also after the inline backend is activated."""
     from IPython.core.interactiveshell import InteractiveShell
     from matplotlib_inline.backend_inline import configure_inline_support
@@ -723,6 +727,55 @@ def test_book_style_shows_figures_as_svg_in_ipython():
     assert formatters["image/svg+xml"](fig) is not None
     assert formatters["image/png"](fig) is None
     assert plt.rcParams["figure.figsize"][0] == plotting.FIGURE_WIDTH  # figures made bare
+
+
+# What an import does: nothing global. A fresh interpreter (here, plotting is long imported)
+# records matplotlib's rcParams and an IPython shell's figure formatters, imports, records again.
+_GLOBAL_STATE = textwrap.dedent("""
+    import json, sys
+    import matplotlib
+    matplotlib.use("Agg")
+    from IPython.core.interactiveshell import InteractiveShell
+    from matplotlib.figure import Figure
+
+    shell = InteractiveShell.instance()  # what get_ipython() returns from now on
+
+    def state():
+        formats = {}
+        for mime, formatter in shell.display_formatter.formatters.items():
+            try:
+                formats[mime] = repr(formatter.lookup_by_type(Figure))
+            except KeyError:
+                formats[mime] = None
+        rc = {key: repr(value) for key, value in matplotlib.rcParams.items()}
+        return {"rc": rc, "formats": formats}
+
+    before = state()
+    exec(sys.argv[1])
+    after = state()
+    print(json.dumps({part: sorted(key for key in before[part]
+                                   if before[part][key] != after[part].get(key))
+                      for part in before}))
+""")
+
+
+def _changed_by(statement: str) -> dict[str, list[str]]:
+    """The rcParams keys and IPython mime types whose Figure printer ``statement`` changed,
+    run in a fresh interpreter."""
+    run = subprocess.run([sys.executable, "-c", _GLOBAL_STATE, statement], capture_output=True,
+                         text=True, timeout=300, check=True)
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_importing_plotting_and_widgets_changes_no_global_state():
+    """Importing the figures and the explorers leaves matplotlib's rcParams and IPython's
+    display formatters alone; a notebook asks for the book's look with use_book_style(),
+    which changes both (so the probe sees such a change)."""
+    assert _changed_by("import transformer_lib.plotting, transformer_lib.widgets") == {
+        "rc": [], "formats": []}
+    asked = _changed_by("from transformer_lib.plotting import use_book_style; use_book_style()")
+    assert {"figure.figsize", "axes.prop_cycle", "svg.hashsalt"} <= set(asked["rc"])
+    assert "image/svg+xml" in asked["formats"]
 
 
 def test_use_book_style_outside_ipython_sets_the_look_only():

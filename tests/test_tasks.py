@@ -3,13 +3,12 @@ of a one-layer, one-head model lines up with the mirrored source position."""
 import pytest
 import torch
 
-from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import EncoderDecoder
+from transformer_lib.recording import record_weights
 from transformer_lib.tasks import (
     BOS,
     cross_attention_alignment,
     decode_with_cross_attention,
-    eval_mode,
     evaluate_reversal,
     mirror_alignment,
     reversal_batch,
@@ -96,19 +95,6 @@ def test_bad_task_arguments_are_rejected():
         reversal_config(n_symbols=0)
 
 
-def test_check_overrides_names_every_unknown_field_of_any_config():
-    from transformer_lib.decoder import DecoderConfig
-    from transformer_lib.encoder_decoder import EncoderDecoderConfig
-    from transformer_lib.tasks import check_overrides
-
-    check_overrides(EncoderDecoderConfig, {"n_layers": 1, "norm_first": True})  # all known
-    check_overrides(DecoderConfig, {})
-    with pytest.raises(ValueError, match=r"unknown DecoderConfig fields: \['heads', 'layers'\]"):
-        check_overrides(DecoderConfig, {"layers": 2, "heads": 4, "d_model": 8})
-    with pytest.raises(ValueError, match=r"unknown EncoderDecoderConfig fields: \['n_kv_heads'\]"):
-        check_overrides(EncoderDecoderConfig, {"n_kv_heads": 1})
-
-
 # ---- the global random state -------------------------------------------------------------
 
 def test_training_leaves_the_global_random_state_alone():
@@ -138,19 +124,6 @@ def test_evaluation_and_alignment_leave_the_global_random_state_alone(default_mo
 
 
 # ---- the reversal analysis -----------------------------------------------------------------
-
-def test_eval_mode_restores_the_mode_it_found():
-    model = torch.nn.Dropout(0.5)
-    for training in (True, False):
-        model.train(training)
-        with eval_mode(model) as inside:
-            assert inside is model and not model.training
-        assert model.training is training
-    model.train()
-    with pytest.raises(RuntimeError), eval_mode(model):
-        raise RuntimeError("an error inside the block")
-    assert model.training
-
 
 def test_mirror_alignment_counts_argmax_on_the_anti_diagonal():
     T = 4

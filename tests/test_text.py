@@ -14,13 +14,12 @@ import torch
 import torch.nn.functional as F
 
 import transformer_lib.text as text_module
-from transformer_lib import resources
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.ffn import FeedForward, SwiGLU
 from transformer_lib.norms import LayerNorm, RMSNorm
+from transformer_lib.resources import data_file
 from transformer_lib.text import (
     CharTokenizer,
-    data_file,
     evaluate_loss,
     generate_text,
     load_ffn_norm_ablation,
@@ -347,8 +346,13 @@ def test_load_refuses_another_file(tmp_path, monkeypatch):
         load_text_model()
 
 
-def test_data_file_is_the_one_in_resources():
-    assert data_file is resources.data_file
+def test_the_ablation_names_say_what_they_hold():
+    """One name, one meaning: the norm kinds and the ablation file of this module are named
+    apart from stability's placements and file; data_file is resources' own."""
+    assert text_module.NORM_KINDS == ("rms", "layer")
+    assert text_module.FFN_NORM_FILE == "ffn_norm_ablation.json"
+    assert not hasattr(text_module, "NORMS") and not hasattr(text_module, "ABLATION_FILE")
+    assert "data_file" not in text_module.__all__
 
 
 def test_bundled_checkpoint_loads_and_reproduces_its_saved_loss(tokenizer, ids):

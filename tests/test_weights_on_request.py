@@ -1,15 +1,17 @@
 """Attention weights and MoE routing are kept only when asked for: ``keep_weights=True`` on a
 layer, or ``with record_weights(model):``. Otherwise a model holds no ``(B, H, T, S)`` tensor
-after a forward pass."""
+after a forward pass. Also ``eval_mode``, the other switch of ``transformer_lib.recording``."""
 import gc
 
 import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.attention import MultiHeadAttention, record_weights
+from transformer_lib import attention
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from transformer_lib.recording import eval_mode, record_weights
 from transformer_lib.variants.moe import MoEFeedForward
 
 ASK = r"keep_weights=True.*with record_weights\(model\)"  # what the error says to do
@@ -161,3 +163,21 @@ def test_under_record_weights_the_long_weights_are_there(long_model):
                                      for layer in long_model.layers}
     long_model(tokens[:, :8])  # the next forward, outside the block, lets them go
     assert square(held_tensors(long_model), T_LONG) == []
+
+
+def test_eval_mode_restores_the_mode_it_found():
+    model = torch.nn.Dropout(0.5)
+    for training in (True, False):
+        model.train(training)
+        with eval_mode(model) as inside:
+            assert inside is model and not model.training
+        assert model.training is training
+    model.train()
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("an error inside the block")
+    assert model.training
+
+
+def test_record_weights_lives_in_recording_only():
+    """Its old second address, ``transformer_lib.attention.record_weights``, is gone."""
+    assert not hasattr(attention, "record_weights")

@@ -14,11 +14,14 @@ from PIL import Image
 from widget_support import every_model, every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
-from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from transformer_lib.plotting import WEIGHT_CMAP
 from transformer_lib.positional import PAIRINGS
-from transformer_lib.tasks import BOS, reversal_batch
+from transformer_lib.recording import record_weights
+from transformer_lib.tasks import BOS, decode_with_cross_attention, reversal_batch
+from transformer_lib.widgets.attention import _attention_frames
+from transformer_lib.widgets.frames import _png_width
+from transformer_lib.widgets.rope import _rope_pair_frames, _rope_score_frames, _rope_score_table
 
 N_EXAMPLES, SEQ_LEN, SEED = 2, 4, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -162,7 +165,7 @@ def test_attention_explorer_live_callback_renders_typed_sequence(explorer, model
     live["text"].value = "3 10 7"
     live["button"].click()
     assert live["image"].layout.display is None
-    assert live["image"].layout.max_width == f"{W._png_width(bytes(live['image'].value))}px"
+    assert live["image"].layout.max_width == f"{_png_width(bytes(live['image'].value))}px"
     tokens = torch.tensor([[3, 10, 7]])
     with torch.no_grad(), record_weights(model):
         out = model.greedy_decode(tokens, 3, BOS)  # (1, 4)
@@ -220,15 +223,15 @@ def _score_reference(q, k, theta, P):
 def test_rope_score_table_depends_on_offset_only():
     q, k = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
     P = 16
-    table = W._rope_score_table(q, k, 10000.0, P, "half")  # (P, P)
+    table = _rope_score_table(q, k, 10000.0, P, "half")  # (P, P)
     # fp32 rotation of 16-channel vectors with |q·k| up to ~15: 1e-5 absolute
     np.testing.assert_allclose(table.numpy(), _score_reference(q, k, 10000.0, P), atol=1e-5, rtol=0)
     for pairing in PAIRINGS:
-        table = W._rope_score_table(q, k, 10000.0, P, pairing)
+        table = _rope_score_table(q, k, 10000.0, P, pairing)
         for delta in range(-(P - 1), P):
             diagonal = torch.diagonal(table, offset=delta)  # table[m, m + delta] for every valid m
             torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), atol=1e-5, rtol=0)
-    assert not torch.allclose(W._rope_score_table(q, k, 10000.0, P, "half"), table, atol=1e-3)
+    assert not torch.allclose(_rope_score_table(q, k, 10000.0, P, "half"), table, atol=1e-3)
 
 
 def _links_of(stack, links):
@@ -250,10 +253,10 @@ def test_rope_explorer_frames_links_and_lookup(rope):
     frames = [bytes(f.value) for f in images(pair) + images(score)]
     assert len(set(frames)) == len(frames)
     for p, pairing in enumerate(PAIRINGS):
-        expected = W._rope_pair_frames(rope.q, rope.k, 1, 10000.0, 4, pairing)
+        expected = _rope_pair_frames(rope.q, rope.k, 1, 10000.0, 4, pairing)
         shown = [bytes(pair.children[p].children[m].children[1].value) for m in range(4)]  # pair i = 1
         assert shown == expected
-        expected = W._rope_score_frames(rope.q, rope.k, 10000.0, 4, pairing)
+        expected = _rope_score_frames(rope.q, rope.k, 10000.0, 4, pairing)
         assert [bytes(leaf.value) for leaf in score.children[p].children] == expected
 
 
@@ -300,8 +303,8 @@ def test_attention_frames_fill_the_content_column_at_the_default_length(model):
     """The default 8 decoding steps give a frame about as wide as the book's column (~750 px),
     with text at FONT points, one pixel per CSS pixel."""
     src, _, _ = reversal_batch(1, 8, 11, torch.Generator().manual_seed(0))
-    out, weights = W.decode_with_cross_attention(model, src)  # (1, 9), (L, 1, H, 8, 8)
-    frame = W._attention_frames(weights[0, 0, 0], src[0].tolist(), out[0].tolist(), 0, 0, steps=False)[0]
+    out, weights = decode_with_cross_attention(model, src)  # (1, 9), (L, 1, H, 8, 8)
+    frame = _attention_frames(weights[0, 0, 0], src[0].tolist(), out[0].tolist(), 0, 0, steps=False)[0]
     width, height = _png_size(frame)
     assert 700 <= width <= W.FRAME_WIDTH * W.DPI and 450 <= height <= 650
     assert W.DPI == 100 and W.FONT >= 11
@@ -341,8 +344,8 @@ def test_explorers_page_weight(model, rope):
     of PNG when measured with a trained model; the appendix's RoPE explorer (12 positions) from
     this one's frames per picture."""
     src, _, _ = reversal_batch(1, 8, 11, torch.Generator().manual_seed(0))
-    out, weights = W.decode_with_cross_attention(model, src)
-    frames = W._attention_frames(weights[1, 0, 0], src[0].tolist(), out[0].tolist(), 1, 0)
+    out, weights = decode_with_cross_attention(model, src)
+    frames = _attention_frames(weights[1, 0, 0], src[0].tolist(), out[0].tolist(), 1, 0)
     chapter = 3 * 2 * 2 * sum(map(len, frames)) * 4 / 3
     assert chapter < 2.5e6, f"the chapter's explorer would add {chapter / 1e6:.1f} MB"
     pair = np.mean([len(leaf.value) for leaf in images(rope.pictures["pair"])])
@@ -395,7 +398,7 @@ def test_kernel_path_rope_explorer_follows_each_control(kernel_path):
         after = (bytes(pictures["pair"].value), bytes(pictures["score"].value))
         assert after != before, f"moving {name} changed no picture"
     m, i, p = 2, 1, 1
-    expected = W._rope_pair_frames(rope.q, rope.k, i, 10000.0, 4, PAIRINGS[p])[m]
+    expected = _rope_pair_frames(rope.q, rope.k, i, 10000.0, 4, PAIRINGS[p])[m]
     assert bytes(pictures["pair"].value) == expected
 
 
@@ -499,3 +502,12 @@ def test_rope_helpers_reject_bad_arguments():
         pair_channels(4, 8)
     with pytest.raises(ValueError, match="pairing must be one of"):
         pair_channels(0, 8, "adjacent")
+
+
+def test_the_package_exports_explorers_not_renderers():
+    """The frame renderers stay in their modules, and the reversal task's decoding in tasks:
+    the package hands out the explorers and their settings only."""
+    private = [name for name in vars(W) if name.startswith("_") and not name.startswith("__")]
+    assert private == []
+    assert not hasattr(W, "decode_with_cross_attention")
+    assert all(hasattr(W, name) for name in W.__all__)

@@ -19,6 +19,7 @@ from widget_support import every_widget, images, stacks_by_depth
 from transformer_lib import widgets as W
 from transformer_lib.plotting import WEIGHT_CMAP
 from transformer_lib.widgets import heads as heads_module
+from transformer_lib.widgets.heads import _heads_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "03_multi_head.ipynb"
@@ -141,7 +142,7 @@ def test_every_stack_is_jslinked_to_its_control(explorer):
 @pytest.mark.parametrize("i", [1, 3])
 def test_frames_are_the_renderers_for_that_head_count(explorer, data, i):
     """The frames under head count i are what the renderer draws for that count's results."""
-    expected = W._heads_frames(_result(data, HEADS[i]), data["examples"], N_EXAMPLES,
+    expected = _heads_frames(_result(data, HEADS[i]), data["examples"], N_EXAMPLES,
                                data["settings"]["C"])
     shown = [bytes(leaf.value) for leaf in explorer.pictures["heads"].children[i].children]
     assert shown == expected
@@ -246,7 +247,7 @@ def test_a_subset_of_head_counts(data):
     box = W.heads_explorer(heads=[4, 1], n_examples=2)
     assert [v for _, v in box.controls["heads"].options] == [4, 1]
     shown = [bytes(leaf.value) for leaf in box.pictures["heads"].children[1].children]
-    assert shown == W._heads_frames(_result(data, 1), data["examples"], 2, 32)
+    assert shown == _heads_frames(_result(data, 1), data["examples"], 2, 32)
 
 
 # Without Stack (ipywidgets 7, Colab): one picture, updated through the kernel ----------------

@@ -14,6 +14,7 @@ from widget_support import every_model, stacks_by_depth, text_frames
 from transformer_lib import widgets as W
 from transformer_lib.cache import KVCache
 from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.widgets.kv_memory import _cache_bytes, _kv_memory_frame, _weight_bytes
 
 MODELS, KV, CONTEXTS, DTYPES = list(W.KV_PRESETS), list(W.KV_HEAD_CHOICES), list(W.KV_CONTEXTS), \
     list(W.KV_DTYPES)
@@ -79,7 +80,7 @@ def test_frames_show_the_formula_the_cache_and_the_weights(explorer, name, n_kv,
     leaf = explorer.pictures["memory"]
     for i in index:
         leaf = leaf.children[i]
-    assert leaf.value == W._kv_memory_frame(name, n_kv, context, dtype, 80.0)
+    assert leaf.value == _kv_memory_frame(name, n_kv, context, dtype, 80.0)
     weights, cache = explorer.table[name, n_kv, context, dtype]
     p = W.KV_PRESETS[name]
     kv = KVCache(p["n_layers"], 1, n_kv, context, p["d_model"] // p["n_heads"],
@@ -106,12 +107,12 @@ def test_the_chapters_numbers(explorer):
                                                                "bfloat16"][1]
     assert t["Llama 3 8B", 8, 32768, "float32"][1] == 2 * t["Llama 3 8B", 8, 32768,
                                                              "bfloat16"][1]
-    frame = W._kv_memory_frame("Llama 3 8B", 8, 32768, "bfloat16", 80.0)
+    frame = _kv_memory_frame("Llama 3 8B", 8, 32768, "bfloat16", 80.0)
     assert "16.06 GB" in frame and "4.29 GB" in frame and "131 kB per token" in frame
     assert "80 GB hold the weights and 14 such sequences" in frame  # (80 - 16.06) // 4.29
-    mha = W._kv_memory_frame("Llama 3 8B", 32, 32768, "bfloat16", 80.0)  # KV heads moved to 32
+    mha = _kv_memory_frame("Llama 3 8B", 32, 32768, "bfloat16", 80.0)  # KV heads moved to 32
     assert "17.67 GB" in mha and "17.18 GB" in mha and "weights and 3 such sequences" in mha
-    long = W._kv_memory_frame("Llama 3 8B", 32, 131072, "bfloat16", 80.0)  # then context 128k
+    long = _kv_memory_frame("Llama 3 8B", 32, 131072, "bfloat16", 80.0)  # then context 128k
     assert "68.72 GB" in long and "but not one such sequence" in long
     small = t["Llama 3.2 1B", 8, 131072, "bfloat16"]
     assert small[1] > small[0]  # the cache outgrows the weights
@@ -125,16 +126,16 @@ def test_weights_are_the_decoders_parameters(name):
     """For every key/value head count the model allows: the hand count of the explorer is the
     parameter count of the library's Decoder; with the published heads, the model card's."""
     p = W.KV_PRESETS[name]
-    assert W._weight_bytes(name, p["n_kv_heads"]) == 2 * PUBLISHED[name]
+    assert _weight_bytes(name, p["n_kv_heads"]) == 2 * PUBLISHED[name]
     for n_kv in (1, p["n_heads"]):
-        assert W._weight_bytes(name, n_kv) == 2 * _meta_parameters(name, n_kv)
+        assert _weight_bytes(name, n_kv) == 2 * _meta_parameters(name, n_kv)
 
 
 def test_impossible_head_counts_say_why(explorer):
     """A 32-head model cannot have 64 key/value heads: the frame says so, with no numbers."""
     for name in ("Llama 3.2 1B", "Llama 2 7B", "Llama 3 8B"):
         assert all(explorer.table[name, 64, t, d] is None for t in CONTEXTS for d in DTYPES)
-        frame = W._kv_memory_frame(name, 64, 4096, "bfloat16", 80.0)
+        frame = _kv_memory_frame(name, 64, 4096, "bfloat16", 80.0)
         assert "cannot have 64 key/value heads" in frame and "must divide 32" in frame
         assert "GB" not in frame
     assert explorer.table["Llama 3 70B", 64, 4096, "bfloat16"] is not None
@@ -142,14 +143,14 @@ def test_impossible_head_counts_say_why(explorer):
 
 
 def test_what_fits_in_the_budget():
-    assert "the weights alone exceed 80 GB" in W._kv_memory_frame(
+    assert "the weights alone exceed 80 GB" in _kv_memory_frame(
         "Llama 3 70B", 8, 4096, "bfloat16", 80.0)
-    assert "but not one such sequence" in W._kv_memory_frame(
+    assert "but not one such sequence" in _kv_memory_frame(
         "Llama 2 7B", 32, 131072, "float32", 80.0)  # 137 GB of cache
-    weights, cache = W._weight_bytes("Llama 3.2 1B", 8), W._cache_bytes(
+    weights, cache = _weight_bytes("Llama 3.2 1B", 8), _cache_bytes(
         "Llama 3.2 1B", 8, 8192, "bfloat16")
     expected = int((20e9 - weights) // cache)
-    assert f"20 GB hold the weights and {expected:,} such" in W._kv_memory_frame(
+    assert f"20 GB hold the weights and {expected:,} such" in _kv_memory_frame(
         "Llama 3.2 1B", 8, 8192, "bfloat16", 20.0)
 
 

@@ -18,7 +18,7 @@ from widget_support import every_widget, images, stacks_by_depth
 from transformer_lib import widgets as W
 from transformer_lib.encoder_decoder import EncoderDecoder, LabelSmoothingLoss
 from transformer_lib.tasks import reversal_batch, reversal_config
-from transformer_lib.widgets.norms import PLACEMENTS, STACKS, STYLES, _y_limits
+from transformer_lib.widgets.norms import PLACEMENTS, STACKS, STYLES, _gradient_frames, _y_limits
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DEPTHS = [2, 4, 6, 8, 12, 16]
@@ -112,7 +112,7 @@ def test_frame_at_indices_is_the_renderers_frame_for_that_combination(explorer, 
         np.testing.assert_array_equal(explorer.profiles[placement][stack][depth],
                                       np.array(data["profiles"][placement][stack][str(depth)]))
     leaf = explorer.pictures["profile"].children[s].children[k]
-    expected = W._gradient_frames(explorer.profiles, stack, DEPTHS, _y_limits(explorer.profiles))
+    expected = _gradient_frames(explorer.profiles, stack, DEPTHS, _y_limits(explorer.profiles))
     assert bytes(leaf.value) == expected[k]
 
 

@@ -15,7 +15,11 @@ from widget_support import every_widget, images
 from transformer_lib import widgets as W
 from transformer_lib.flash import flash_attention
 from transformer_lib.plotting.style import BLUE, ORANGE
-from transformer_lib.widgets.online_softmax import _example_row
+from transformer_lib.widgets.online_softmax import (
+    _example_row,
+    _online_softmax_frames,
+    _online_softmax_steps,
+)
 
 N_KEYS, TILES, SEED = 10, (2, 4), 3  # the small explorer: 2 tile sizes × 6 steps
 N_STEPS = 10 // 2 + 1
@@ -47,7 +51,7 @@ def test_every_step_is_the_softmax_of_the_keys_read_so_far(tile):
     read, and a / ℓ equals softmax(scores read) · values read (torch, float64); the last step
     is the whole row's attention output, to fp64 rounding. The tile may not divide S."""
     for scores, values in _rows():
-        steps = W._online_softmax_steps(scores, values, tile)
+        steps = _online_softmax_steps(scores, values, tile)
         S = len(scores)
         assert list(steps.end) == [0, *range(min(tile, S), S, tile), S][:len(steps.end)]
         assert steps.end[-1] == S and len(steps.end) == -(-S // tile) + 1
@@ -72,7 +76,7 @@ def test_the_last_step_agrees_with_the_librarys_flash_attention():
     """One query of one channel with q = 1 and keys k_j = s_j has the scores s_j; the library's
     tiled attention with the same tile gives the same output and log-sum-exp m + log ℓ."""
     for scores, values in _rows():
-        steps = W._online_softmax_steps(scores, values, 4)
+        steps = _online_softmax_steps(scores, values, 4)
         q = torch.ones(1, 1, dtype=torch.float64)  # (T = 1, D = 1)
         k = torch.tensor(scores, dtype=torch.float64)[:, None]  # (S, 1)
         v = torch.tensor(values, dtype=torch.float64)[:, None]  # (S, 1)
@@ -83,7 +87,7 @@ def test_the_last_step_agrees_with_the_librarys_flash_attention():
 
 def test_a_step_that_raises_the_maximum_rescales_the_old_sums():
     scores, values = np.array([0.0, 1.0, 3.0, 2.0]), np.array([1.0, -1.0, 2.0, 0.5])
-    steps = W._online_softmax_steps(scores, values, 2)
+    steps = _online_softmax_steps(scores, values, 2)
     assert list(steps.m[1:]) == [1.0, 3.0]
     assert steps.rescale[2] == pytest.approx(np.exp(1.0 - 3.0), rel=1e-15)
     np.testing.assert_allclose(steps.l[2], np.exp(-3.0) + np.exp(-2.0) + 1 + np.exp(-1.0),
@@ -101,7 +105,7 @@ def test_one_frame_per_combination_drawn_by_the_renderer(small):
     frames = [bytes(leaf.value) for leaf in images(stack)]
     assert len(frames) == len(TILES) * N_STEPS and len(set(frames)) == len(frames)
     for b, tile in enumerate(TILES):
-        expected = W._online_softmax_frames(small.scores, small.values, tile, N_STEPS)
+        expected = _online_softmax_frames(small.scores, small.values, tile, N_STEPS)
         assert [bytes(leaf.value) for leaf in stack.children[b].children] == expected
     scores, values = _example_row(N_KEYS, SEED)
     np.testing.assert_array_equal(small.scores, scores)
@@ -219,13 +223,13 @@ def test_the_chapters_row_gives_the_numbers_its_prose_states():
     [−0.48, −0.10] over six tiles, is 0.370 after the seventh and 0.372 (exact) after the
     last; tiles of 5 rescale three times, tiles of 8 once."""
     scores, values = _example_row(24, 0)
-    steps = W._online_softmax_steps(scores, values, 3)
+    steps = _online_softmax_steps(scores, values, 3)
     raised = [t for t in range(2, len(steps.end)) if steps.rescale[t] < 1]
     assert raised == [3, 7, 8]
     np.testing.assert_allclose(steps.rescale[raised], [0.292, 0.333, 0.545], atol=5e-4)
     assert -0.485 < steps.out[1:7].min() and steps.out[1:7].max() < -0.095
     assert round(steps.out[7], 3) == 0.370 and round(steps.out[8], 3) == 0.372
     for tile, n_rescales in ((5, 3), (8, 1)):
-        other = W._online_softmax_steps(scores, values, tile)
+        other = _online_softmax_steps(scores, values, tile)
         assert sum(other.rescale[2:] < 1) == n_rescales
         np.testing.assert_allclose(other.out[-1], steps.out[-1], rtol=1e-12)

@@ -15,6 +15,7 @@ from widget_support import every_widget, images
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import PURPLE
 from transformer_lib.recall import recall, recall_by_age, recall_pairs
+from transformer_lib.widgets.recall import _recall_frames
 
 N_PAIRS, ALPHAS, D, TRIALS, SEED = (4, 8, 16), (0.5, 0.9, 1.0), 8, 30, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -150,7 +151,7 @@ def test_one_frame_per_combination_as_the_renderer_draws_it(small):
     assert all(f.startswith(PNG_MAGIC) for f in frames)
     assert len(set(frames)) == len(frames)  # no two alike
     for i, n in enumerate(N_PAIRS):
-        expected = W._recall_frames(small.curves[n], n, ALPHAS, D, max(N_PAIRS))
+        expected = _recall_frames(small.curves[n], n, ALPHAS, D, max(N_PAIRS))
         assert [bytes(leaf.value) for leaf in stack.children[i].children] == expected
 
 

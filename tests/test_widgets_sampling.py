@@ -14,6 +14,8 @@ from widget_support import images
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import BLUE, GREY
 from transformer_lib.text import generate_text, load_text_model
+from transformer_lib.widgets.frames import _png_width
+from transformer_lib.widgets.sampling import _sampling_bars, _sampling_frames
 
 TEMPERATURES, TOP_KS, TOP_PS = (0.0, 1.0), (None, 3), (None, 0.9)
 RULES = [(t, k, p) for t in TEMPERATURES for k in TOP_KS for p in TOP_PS]
@@ -98,18 +100,18 @@ def test_frame_is_the_renderer_s_picture_of_that_rule(explorer, bundled, t, k, p
     text = generate_text(model, tokenizer, PROMPT, N_NEW, temperature=rule[0], top_k=rule[1],
                          top_p=rule[2], seed=SEED)
     assert explorer.continuations[rule] == text[len(PROMPT):]
-    expected = W._sampling_frames(logits, tokenizer.chars, PROMPT, [rule], [text[len(PROMPT):]],
+    expected = _sampling_frames(logits, tokenizer.chars, PROMPT, [rule], [text[len(PROMPT):]],
                                   SEED)[0]
     assert _frame(explorer, t, k, p) == expected
     other = (1.0, None, None) if rule != (1.0, None, None) else (1.0, 3, None)
-    assert _frame(explorer, t, k, p) != W._sampling_frames(
+    assert _frame(explorer, t, k, p) != _sampling_frames(
         logits, tokenizer.chars, PROMPT, [other], [text[len(PROMPT):]], SEED)[0]
 
 
 @pytest.mark.parametrize("rule", [(0.0, None, None), (0.5, None, None), (1.0, 3, None),
                                   (1.0, None, 0.9), (1.5, 10, 0.6), (0.8, 2, 0.9)])
 def test_bars_are_the_rule_written_out(explorer, rule):
-    before, after = W._sampling_bars(explorer.logits, rule)
+    before, after = _sampling_bars(explorer.logits, rule)
     np.testing.assert_allclose(after.numpy(), _reference_probs(explorer.logits, *rule),
                                atol=1e-6, rtol=0)  # fp32 softmax
     np.testing.assert_allclose(before.numpy(), _reference_probs(explorer.logits, rule[0],
@@ -152,7 +154,7 @@ def test_picture_shows_the_kept_bars_at_their_heights(explorer):
                             ((0, 0, 0), 1)]:
         bars = _bars(_frame(explorer, t, k, p))
         assert len(bars) == kept
-        before, after = W._sampling_bars(explorer.logits,
+        before, after = _sampling_bars(explorer.logits,
                                          (TEMPERATURES[t], TOP_KS[k], TOP_PS[p]))
         top = int(after.argmax())
         (blue, grey) = bars[0]
@@ -172,7 +174,7 @@ def test_controls_start_at_temperature_one_and_move_by_keyboard(explorer):
         assert control.style.description_width == "80px"
     assert isinstance(explorer, W.SamplingExplorer) and isinstance(explorer, W.Explorer)
     frames = images(explorer)
-    assert {leaf.layout.max_width for leaf in frames} == {f"{W._png_width(_frame(explorer, 0, 0, 0))}px"}
+    assert {leaf.layout.max_width for leaf in frames} == {f"{_png_width(_frame(explorer, 0, 0, 0))}px"}
 
 
 def test_kernel_path_moves_the_picture_for_each_control(monkeypatch, bundled, explorer):

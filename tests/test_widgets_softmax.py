@@ -12,7 +12,7 @@ from widget_support import every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.plotting.style import BLUE, VERMILLION
-from transformer_lib.widgets.softmax import _softmax_texts
+from transformer_lib.widgets.softmax import _softmax_frames, _softmax_table, _softmax_texts
 
 DIMS, N_KEYS, SEED = (1, 4, 16, 64, 256, 1024), 8, 0
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -96,13 +96,13 @@ def test_softmax_explorer_frames_are_those_of_the_renderer(explorer, scaled):
                                                        .manual_seed(SEED)))
     shown = [bytes(leaf.value) for leaf in
              explorer.pictures["softmax"].children[int(scaled)].children]
-    assert shown == W._softmax_frames(explorer.z, DIMS, scaled)
+    assert shown == _softmax_frames(explorer.z, DIMS, scaled)
 
 
 @pytest.mark.parametrize("scaled", [False, True])
 def test_softmax_table_matches_a_written_out_softmax_and_autograd(scaled):
     z = torch.randn(5, generator=torch.Generator().manual_seed(7))
-    scores, weights, largest = W._softmax_table(z, DIMS, scaled)
+    scores, weights, largest = _softmax_table(z, DIMS, scaled)
     assert scores.dtype == torch.float64 and scores.shape == weights.shape == (len(DIMS), 5)
     for j, d in enumerate(DIMS):
         ref_scores, ref_weights, ref_largest = _reference(z, d, scaled)
@@ -115,14 +115,14 @@ def test_softmax_table_shows_saturation_without_the_scale_only(explorer):
     """Unscaled, the spread of the row grows like √d_k, its largest weight climbs to 1 and its
     largest gradient falls by orders of magnitude; scaled, the row is the same at every width.
     The numbers are those the chapter's sentence quotes."""
-    scores, weights, largest = W._softmax_table(explorer.z, DIMS, False)
+    scores, weights, largest = _softmax_table(explorer.z, DIMS, False)
     spread = scores.std(dim=-1)  # (n,)
     np.testing.assert_allclose((spread / spread[0]).numpy(), np.sqrt(DIMS), rtol=1e-12)
     top = weights.amax(dim=-1)
     assert (top.diff() > 0).all() and round(float(top[0]), 3) == 0.400 and top[-1] > 1 - 1e-9
     assert (largest.diff() < 0).all() and 1.5e-10 < largest[-1] < 1.9e-10
     assert round(float(largest[0]), 2) == 0.24
-    s_scores, s_weights, s_largest = W._softmax_table(explorer.z, DIMS, True)
+    s_scores, s_weights, s_largest = _softmax_table(explorer.z, DIMS, True)
     torch.testing.assert_close(s_scores, s_scores[:1].expand_as(s_scores), rtol=0, atol=0)
     torch.testing.assert_close(s_weights[0], weights[0], rtol=1e-15, atol=0)  # d_k = 1: √1 = 1
     assert (s_largest == largest[0]).all() and (s_largest <= 0.25).all()

@@ -5,4 +5,4 @@ CONTRIBUTING.md maps them. ``__version__`` is the release a student copy install
 ``v<version>``); it equals ``[project].version`` in pyproject.toml, which a test checks.
 """
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -45,7 +45,6 @@ from torch import Tensor
 from transformer_lib.cache import KVCache
 from transformer_lib.flash import flash_attention
 from transformer_lib.positional import apply_rope
-from transformer_lib.recording import record_weights as record_weights  # chapters import it here
 from transformer_lib.validation import (
     check_bool,
     check_choice,
@@ -290,9 +289,9 @@ class MultiHeadAttention(nn.Module):
 
     ``keep_weights=True`` keeps the attention weights ``(B, H, T, S)`` of the last forward
     pass, detached, in :attr:`last_weights` (for plots); by default nothing is kept, so a
-    model holds no ``(B, H, T, S)`` tensor between calls. :func:`record_weights` turns it on
-    for every layer of a model for the length of a ``with`` block. Only ``"eager"`` forms
-    the weights.
+    model holds no ``(B, H, T, S)`` tensor between calls.
+    :func:`~transformer_lib.recording.record_weights` turns it on for every layer of a model
+    for the length of a ``with`` block. Only ``"eager"`` forms the weights.
     """
 
     def __init__(
@@ -357,7 +356,7 @@ class MultiHeadAttention(nn.Module):
         raise RuntimeError(
             "no attention weights were kept: build the layer with "
             "MultiHeadAttention(..., keep_weights=True), or run the model inside "
-            "`with record_weights(model): ...` (from transformer_lib.attention)"
+            "`with record_weights(model): ...` (from transformer_lib.recording)"
         )
 
     def forward(

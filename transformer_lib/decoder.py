@@ -1,7 +1,7 @@
 """A modern decoder-only Transformer: RMSNorm + RoPE + GQA + SwiGLU, pre-norm, KV cache.
 
 Reads top to bottom: config -> block -> model -> generate. The KV cache is
-:class:`transformer_lib.cache.KVCache` (importable from here too).
+:class:`transformer_lib.cache.KVCache`.
 Parameter names follow Hugging Face's Llama (``embed_tokens``, ``q_proj`` … ``o_proj``,
 ``gate_proj``/``up_proj``/``down_proj``, ``input_layernorm``, ``post_attention_layernorm``,
 ``norm``, ``lm_head``), so a Llama state dict maps onto it one to one.
@@ -36,7 +36,7 @@ from transformer_lib.validation import (
     check_token_ids,
 )
 
-__all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "KVCache", "POSITIONS"]
+__all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "POSITIONS", "init_weights"]
 
 # How positions enter the model: rotations of q and k in every layer, a table added to the
 # token embeddings (fixed sinusoids or learned rows), or not at all.
@@ -127,6 +127,22 @@ class DecoderBlock(nn.Module):
         return x
 
 
+def init_weights(module: nn.Module) -> None:
+    """Initialise one module as :class:`Decoder` initialises its own: every ``nn.Linear`` and
+    ``nn.Embedding`` weight from N(0, 0.02) and biases to 0 (small, as GPT-2 and Llama: an
+    untrained model predicts nearly uniformly); other modules are left as they are.
+
+    Apply it to a whole model or to a part built later: ``new_mlp.apply(init_weights)``.
+
+    Args:
+        module: any module (``nn.Module.apply`` calls it on every submodule).
+    """
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+
+
 class Decoder(nn.Module):
     """Decoder-only language model returning logits for every position."""
 
@@ -142,7 +158,7 @@ class Decoder(nn.Module):
         if config.positions == "learned":  # one trained row per position (GPT-2's wpe)
             self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model)
         self._register_position_tables()
-        self.apply(self._init_weights)
+        self.apply(init_weights)
 
     def _position_tables(self, device=None, dtype=None) -> dict[str, Tensor]:
         """The fixed tables ``config.positions`` needs, computed in fp64 and rounded once."""
@@ -168,14 +184,6 @@ class Decoder(nn.Module):
         for name, table in self._position_tables(w.device, w.dtype).items():
             setattr(self, name, table)
         return self
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # Small normal init (as GPT-2/Llama): an untrained model predicts nearly uniformly.
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
 
     def _check_tokens(self, tokens: Tensor, cache: KVCache | None = None) -> None:
         check_token_ids(tokens, self.config.vocab_size)

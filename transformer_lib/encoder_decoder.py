@@ -1,6 +1,6 @@
 """The 2017 Transformer: a post-norm encoder–decoder (Vaswani et al., "Attention Is All You Need").
 
-Reads top to bottom: layers -> stacks -> config -> model -> greedy decoding -> Noam schedule
+Reads top to bottom: layers -> stack -> config -> model -> greedy decoding -> Noam schedule
 -> label smoothing. Names follow the paper (``d_model``, ``d_ff``, ``n_heads``).
 
 Every sublayer is wrapped as x <- LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper),
@@ -11,7 +11,6 @@ Masks are boolean with True = may attend (the opposite of ``torch.nn.Transformer
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,7 +24,6 @@ from transformer_lib.ffn import FeedForward
 from transformer_lib.norms import LayerNorm
 from transformer_lib.positional import sinusoidal_encoding
 from transformer_lib.validation import (
-    accept_old_names,
     check_bool,
     check_float,
     check_int,
@@ -45,14 +43,13 @@ class EncoderLayer(nn.Module):
     """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x)). Pre-norm: x = x + SelfAttn(LN(x)); ..."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5,
-                 norm_first: bool = False):
+                 norm_eps: float = 1e-5, norm_first: bool = False):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
+        self.norm1 = LayerNorm(d_model, norm_eps)
+        self.norm2 = LayerNorm(d_model, norm_eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -67,16 +64,15 @@ class DecoderLayer(nn.Module):
     Pre-norm: x = x + CausalSelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); ..."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5,
-                 norm_first: bool = False):
+                 norm_eps: float = 1e-5, norm_first: bool = False):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
-        self.norm3 = LayerNorm(d_model, eps)
+        self.norm1 = LayerNorm(d_model, norm_eps)
+        self.norm2 = LayerNorm(d_model, norm_eps)
+        self.norm3 = LayerNorm(d_model, norm_eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
@@ -89,55 +85,35 @@ class DecoderLayer(nn.Module):
         return x
 
 
-class EncoderStack(nn.Module):
-    """A stack of encoder layers on embedded inputs ``(B, S, C)``; optional final LayerNorm."""
+class Stack(nn.Module):
+    """Layers applied in turn, then an optional final LayerNorm: the encoder is a stack of
+    :class:`EncoderLayer`, the decoder a stack of :class:`DecoderLayer`.
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
+    ``forward(x, *args)`` passes ``x`` ``(B, T, C)`` through every layer with the same
+    ``args``: ``(mask)`` for the encoder (``mask`` broadcastable to ``(B, H, S, S)``),
+    ``(memory, tgt_mask, memory_mask)`` for the decoder (``memory`` ``(B, S, C)``,
+    ``tgt_mask`` broadcastable to ``(B, H, T, T)``, ``memory_mask`` to ``(B, H, T, S)``).
+    """
+
+    def __init__(self, layers: list[nn.Module], d_model: int, norm_eps: float = 1e-5,
+                 final_norm: bool = False):
         super().__init__()
-        self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first)
-             for _ in range(n_layers)]
-        )
-        self.norm = LayerNorm(d_model, eps) if final_norm else None
+        self.layers = nn.ModuleList(layers)
+        self.norm = LayerNorm(d_model, norm_eps) if final_norm else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x ``(B, S, C)``, mask broadcastable to ``(B, H, S, S)`` -> memory ``(B, S, C)``."""
+    def forward(self, x: Tensor, *args: Tensor | None) -> Tensor:
+        """x ``(B, T, C)`` and each layer's other inputs -> ``(B, T, C)``."""
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, *args)
         return x if self.norm is None else self.norm(x)
 
 
-class DecoderStack(nn.Module):
-    """A stack of decoder layers on embedded inputs ``(B, T, C)``; optional final LayerNorm."""
-
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 eps: float = 1e-5, final_norm: bool = False, norm_first: bool = False):
-        super().__init__()
-        self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, n_heads, d_ff, dropout, eps, norm_first)
-             for _ in range(n_layers)]
-        )
-        self.norm = LayerNorm(d_model, eps) if final_norm else None
-
-    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
-        """x ``(B, T, C)``, memory ``(B, S, C)`` -> ``(B, T, C)``.
-
-        ``tgt_mask`` broadcasts to ``(B, H, T, T)``, ``memory_mask`` to ``(B, H, T, S)``."""
-        for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)
-        return x if self.norm is None else self.norm(x)
-
-
-@accept_old_names({"max_len": "max_seq_len", "eps": "norm_eps"})
 @dataclass
 class EncoderDecoderConfig:
     """The sizes and choices of an :class:`EncoderDecoder`; every field is checked for type
     and range when created.
 
-    Apart from the two vocabulary sizes, the defaults are the paper's base model. The old
-    field names ``max_len`` and ``eps`` still work, with a ``DeprecationWarning``.
+    Apart from the two vocabulary sizes, the defaults are the paper's base model.
     """
 
     src_vocab_size: int  # source token ids 0 … src_vocab_size - 1
@@ -193,21 +169,15 @@ class EncoderDecoder(nn.Module):
         self.register_buffer("pos_encoding", sinusoidal_encoding(c.max_seq_len, c.d_model),
                              persistent=False)  # (max_seq_len, C)
         self.dropout = nn.Dropout(c.dropout)
-        self.encoder = EncoderStack(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
-                                    c.norm_eps, c.final_norm, c.norm_first)
-        self.decoder = DecoderStack(c.n_decoder_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
-                                    c.norm_eps, c.final_norm, c.norm_first)
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_eps, c.norm_first)
+        self.encoder = Stack([EncoderLayer(*layer_args) for _ in range(c.n_layers)],
+                             c.d_model, c.norm_eps, c.final_norm)
+        self.decoder = Stack([DecoderLayer(*layer_args) for _ in range(c.n_decoder_layers)],
+                             c.d_model, c.norm_eps, c.final_norm)
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size)
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
-
-    @property
-    def max_len(self) -> int:
-        """The old name of ``max_seq_len`` (warns: use ``max_seq_len``)."""
-        warnings.warn("EncoderDecoder.max_len is now called max_seq_len", DeprecationWarning,
-                      stacklevel=2)
-        return self.max_seq_len
 
     def _embed(self, tokens: Tensor, table: nn.Embedding, name: str) -> Tensor:
         check_token_ids(tokens, table.num_embeddings, name=name)

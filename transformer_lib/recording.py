@@ -1,4 +1,5 @@
-"""Asking layers for what they computed: attention weights, a router's choices.
+"""Switching a model's state for one ``with`` block: asking layers for what they computed
+(attention weights, a router's choices), and eval mode.
 
 Layers that can keep such tensors (:class:`transformer_lib.attention.MultiHeadAttention`,
 :class:`transformer_lib.variants.moe.MoEFeedForward`) keep nothing by default, so a model
@@ -12,7 +13,7 @@ from typing import Iterator
 
 import torch.nn as nn
 
-__all__ = ["record_weights"]
+__all__ = ["record_weights", "eval_mode"]
 
 
 @contextmanager
@@ -44,3 +45,15 @@ def record_weights(module: nn.Module) -> Iterator[nn.Module]:
     finally:
         for m, kept in zip(layers, before):
             m.keep_weights = kept
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put ``model`` in eval mode (dropout off) inside the ``with`` block, then restore the
+    mode it had."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

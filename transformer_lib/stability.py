@@ -18,8 +18,8 @@ from transformer_lib.encoder_decoder import EncoderDecoderConfig, noam_lambda
 from transformer_lib.resources import load_json
 from transformer_lib.tasks import SCHEDULES, evaluate_reversal, reversal_config, train_reversal
 
-NORMS = ("post", "pre")  # post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
-ABLATION_FILE = "stability_ablation.json"  # the precomputed sweep, in transformer_lib/data/
+NORM_PLACEMENTS = ("post", "pre")  # post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
+STABILITY_FILE = "stability_ablation.json"  # the precomputed sweep, in transformer_lib/data/
 LOWER_RATE_FILE = "stability_lower_rate.json"  # 4 layers at lr_scale 0.1 (a quarter the peak)
 
 
@@ -74,7 +74,7 @@ def _one_run(config: EncoderDecoderConfig, *, depth: int, norm: str, schedule: s
 def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] = range(5), *,
                        steps: int = 300, batch_size: int = 64,
                        warmup: int = _TRAIN["warmup"], lr_scale: float = _TRAIN["lr_scale"],
-                       every: int = 5, eval_n: int = 500, norms: Iterable[str] = NORMS,
+                       every: int = 5, eval_n: int = 500, norms: Iterable[str] = NORM_PLACEMENTS,
                        log: Callable[[str], None] | None = None) -> dict:
     """Train the reversal model for every depth × norm placement × schedule × seed.
 
@@ -92,7 +92,7 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
         every: the curves keep one point per ``every`` updates (the window's mean loss and
             its largest gradient norm).
         eval_n: fresh sequences greedy-decoded at the end (``evaluate_reversal``).
-        norms: the placements to run, a subset of :data:`NORMS` (``"post"``, ``"pre"``).
+        norms: the placements to run, a subset of :data:`NORM_PLACEMENTS` (``"post"``, ``"pre"``).
         log: called with one line per finished run (e.g. ``print``), or None.
 
     Returns:
@@ -112,8 +112,8 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
     if every < 1 or every > steps:
         raise ValueError(f"every ({every}) must be in [1, steps = {steps}]")
     norms = list(norms)
-    if not norms or any(norm not in NORMS for norm in norms):
-        raise ValueError(f"norms must be a non-empty subset of {NORMS}, got {norms}")
+    if not norms or any(norm not in NORM_PLACEMENTS for norm in norms):
+        raise ValueError(f"norms must be a non-empty subset of {NORM_PLACEMENTS}, got {norms}")
     base = reversal_config()
     settings = dict(depths=depths, seeds=seeds, steps=steps, batch_size=batch_size,
                     warmup=warmup, lr_scale=lr_scale, every=every, eval_n=eval_n,
@@ -123,7 +123,7 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
                     peak_lr=lr_scale * noam_lambda(base.d_model, warmup)(warmup))
     runs = []
     for depth in depths:
-        for norm in (n for n in NORMS if n in norms):
+        for norm in (n for n in NORM_PLACEMENTS if n in norms):
             pre = norm == "pre"
             config = reversal_config(n_layers=depth, norm_first=pre, final_norm=pre)
             for schedule in SCHEDULES:
@@ -140,7 +140,7 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
     return {"settings": settings, "runs": runs}
 
 
-def load_stability_ablation(file: str = ABLATION_FILE) -> dict:
+def load_stability_ablation(file: str = STABILITY_FILE) -> dict:
     """A precomputed :func:`stability_ablation` that ships with the library, by default
     ``transformer_lib/data/stability_ablation.json`` (:data:`LOWER_RATE_FILE` is the 4-layer
     sweep at a lower peak rate), written by ``bench/stability_ablation.py``: its
@@ -162,8 +162,8 @@ _SCHEDULE_WORDS = {"noam": "warmup", "no-warmup": "no warmup"}
 def run_label(norm: str, schedule: str, *, short: bool = False) -> str:
     """A setting in words: ``run_label("post", "noam")`` is ``"post-norm, warmup"``
     (``"post, warmup"`` with ``short=True``)."""
-    if norm not in NORMS or schedule not in _SCHEDULE_WORDS:
-        raise ValueError(f"norm must be one of {NORMS} and schedule one of "
+    if norm not in NORM_PLACEMENTS or schedule not in _SCHEDULE_WORDS:
+        raise ValueError(f"norm must be one of {NORM_PLACEMENTS} and schedule one of "
                          f"{tuple(_SCHEDULE_WORDS)}, got {norm!r} and {schedule!r}")
     return f"{norm if short else norm + '-norm'}, {_SCHEDULE_WORDS[schedule]}"
 
@@ -226,7 +226,7 @@ def ablation_table(runs: list[dict], solved_at: float = SOLVED_AT) -> str:
     lines = [f"median over the seeds [lowest, highest]; solved: exact match >= {solved_at}",
              f"{'depth':>5}  {'setting':15s}  {'final loss':20s}  {'token accuracy':16s}  "
              f"{'exact':>5}  {'solved':>6}"]
-    for depth, norm, schedule in sorted(table, key=lambda k: (k[0], NORMS.index(k[1]),
+    for depth, norm, schedule in sorted(table, key=lambda k: (k[0], NORM_PLACEMENTS.index(k[1]),
                                                               SCHEDULES.index(k[2]))):
         row = table[depth, norm, schedule]
         solved = f"{row['solved']}/{len(row['seeds'])}"

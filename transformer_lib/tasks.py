@@ -1,6 +1,6 @@
 """The sequence-reversal task: a toy problem the 2017 encoder–decoder learns in seconds, and
 the analysis of what its cross-attention learnt. Chapter 4's training-stability ablation on it
-is in :mod:`transformer_lib.stability` (its names are importable from here too).
+is in :mod:`transformer_lib.stability`.
 
 Vocabulary: token 0 is BOS (begin-of-sequence, the decoder's first input); tokens
 1 … V-1 are symbols. The source is a random symbol sequence, the target the same
@@ -12,52 +12,21 @@ random numbers afterwards seeds them itself.
 """
 from __future__ import annotations
 
-import dataclasses
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable
 
 import torch
-import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.attention import record_weights
 from transformer_lib.encoder_decoder import (
     EncoderDecoder,
     EncoderDecoderConfig,
     LabelSmoothingLoss,
     noam_lambda,
 )
+from transformer_lib.recording import eval_mode, record_weights
+from transformer_lib.validation import check_overrides
 
 BOS = 0
-
-
-def check_overrides(config_cls: type, overrides: Mapping[str, Any]) -> None:
-    """Raise a ValueError naming every key of ``overrides`` that is not a field of the config
-    dataclass ``config_cls``, e.g. "unknown EncoderDecoderConfig fields: ['heads']".
-
-    For functions like :func:`reversal_config` that build a config from defaults and let the
-    caller replace any field.
-
-    Args:
-        config_cls: a config dataclass, e.g. ``EncoderDecoderConfig`` or ``DecoderConfig``.
-        overrides: field name -> value, as passed by the caller.
-    """
-    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    unknown = set(overrides) - fields
-    if unknown:
-        raise ValueError(f"unknown {config_cls.__name__} fields: {sorted(unknown)}")
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Put ``model`` in eval mode (dropout off) inside the ``with`` block, then restore the
-    mode it had."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def reversal_batch(batch_size: int, seq_len: int, vocab_size: int,
@@ -273,21 +242,3 @@ def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int 
     src, _ = _fresh_sources(model, n, seq_len, seed)
     _, weights = decode_with_cross_attention(model, src)  # (L, n, H, T, T)
     return mirror_alignment(weights)  # (L, H)
-
-
-# ---- Chapter 4's stability ablation lives in transformer_lib.stability -------------------
-
-# Importable from here as well, as the chapters and earlier handouts do; read lazily, because
-# transformer_lib.stability builds on this module.
-_FROM_STABILITY = ("NORMS", "ABLATION_FILE", "LOWER_RATE_FILE", "SOLVED_AT", "stability_ablation",
-                   "load_stability_ablation", "run_label", "summarise_ablation", "ablation_table",
-                   "live_table")
-
-
-def __getattr__(name: str):
-    """``tasks.stability_ablation`` and the other names of :mod:`transformer_lib.stability`."""
-    if name in _FROM_STABILITY:
-        from transformer_lib import stability
-
-        return getattr(stability, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,29 +22,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.decoder import Decoder, DecoderConfig, init_weights
 from transformer_lib.ffn import FeedForward
 from transformer_lib.norms import LayerNorm
 from transformer_lib.resources import data_file, load_json
-from transformer_lib.tasks import check_overrides
+from transformer_lib.validation import check_overrides
 
 TEXT_FILE = "shakespeare.txt"  # the bundled text: three plays, about 330 KB of ASCII
 CHECKPOINT_FILE = "tiny_lm.pt"  # the model trained on it by bench/train_text_model.py
 SWEEP_FILE = "kv_heads_sweep.json"  # MHA / GQA / MQA at one budget, several seeds
-ABLATION_FILE = "ffn_norm_ablation.json"  # SwiGLU/ReLU x RMSNorm/LayerNorm, several seeds
+FFN_NORM_FILE = "ffn_norm_ablation.json"  # SwiGLU/ReLU x RMSNorm/LayerNorm, several seeds
 FFNS = ("swiglu", "relu")  # the feed-forward network of every block
-NORMS = ("rms", "layer")  # the norms of every block and the final one
+NORM_KINDS = ("rms", "layer")  # the norms of every block and the final one
 CHECKPOINT_FORMAT = 1  # bumped when the layout of a saved checkpoint changes
 
 __all__ = [
-    "CharTokenizer", "load_text", "data_file", "split_ids", "next_token_batch",
+    "CharTokenizer", "load_text", "split_ids", "next_token_batch",
     "text_config", "train_text_model", "evaluate_loss", "generate_text",
     "save_text_model", "load_text_model", "load_kv_heads_sweep", "load_ffn_norm_ablation",
-    "FFNS", "NORMS",
+    "FFNS", "NORM_KINDS",
 ]
 
 
-# The bundled files (read by transformer_lib.resources; data_file is importable from here too)
+# The bundled files (read by transformer_lib.resources)
 
 
 def load_text(name: str = TEXT_FILE) -> str:
@@ -193,7 +193,7 @@ def _swap_parts(model: Decoder, ffn: str, norm: str) -> Decoder:
     for block in model.layers:
         if ffn == "relu":
             block.mlp = FeedForward(c.d_model, 3 * c.d_ff // 2, bias=False)
-            block.mlp.apply(model._init_weights)
+            block.mlp.apply(init_weights)
         if norm == "layer":
             block.input_layernorm = LayerNorm(c.d_model, c.norm_eps)
             block.post_attention_layernorm = LayerNorm(c.d_model, c.norm_eps)
@@ -265,7 +265,7 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
                          f"weight_decay ({weight_decay}) non-negative")
     if eval_every < 0 or (eval_every and val_ids is None):
         raise ValueError(f"eval_every ({eval_every}) must be >= 0, and needs val_ids")
-    for name, value, choices in (("ffn", ffn, FFNS), ("norm", norm, NORMS)):
+    for name, value, choices in (("ffn", ffn, FFNS), ("norm", norm, NORM_KINDS)):
         if value not in choices:
             raise ValueError(f"{name} ({value!r}) must be one of {choices}")
     min_lr = lr / 10 if min_lr is None else min_lr
@@ -417,4 +417,4 @@ def load_ffn_norm_ablation() -> dict[str, Any]:
     """The saved SwiGLU-vs-ReLU and RMSNorm-vs-LayerNorm comparison of
     ``bench/ffn_norm_ablation.py``: the shared settings, and for each variant (``"swiglu+rms"``
     and so on) its parameters and the final training and validation loss of every seed."""
-    return load_json(ABLATION_FILE)
+    return load_json(FFN_NORM_FILE)

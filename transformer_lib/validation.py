@@ -1,11 +1,10 @@
 """Input checks that both models share, so that bad input gets the same clear ValueError."""
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
 import numbers
-import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -193,54 +192,18 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
 
 
-def accept_old_names(renamed: dict[str, str], *,
-                     deprecated: bool = True) -> Callable[[type], type]:
-    """Class decorator for a config dataclass whose fields were renamed: each old name in
-    ``renamed`` (old name -> field name) is still accepted as a constructor keyword and
-    readable and settable as an attribute. With ``deprecated`` every use warns
-    (``DeprecationWarning``) naming the field to use instead; without it the old name is a
-    plain alias (e.g. a Hugging Face name kept on purpose). Fields, ``dataclasses.asdict``,
-    ``repr`` and saved configs carry only the field names.
+def check_overrides(config_cls: type, overrides: Mapping[str, Any]) -> None:
+    """Raise a ValueError naming every key of ``overrides`` that is not a field of the config
+    dataclass ``config_cls``, e.g. "unknown EncoderDecoderConfig fields: ['heads']".
 
-    Apply it above ``@dataclass``::
+    For functions like :func:`transformer_lib.tasks.reversal_config` that build a config from
+    defaults and let the caller replace any field.
 
-        @accept_old_names({"eps": "norm_eps"})
-        @dataclass
-        class Config: ...
+    Args:
+        config_cls: a config dataclass, e.g. ``EncoderDecoderConfig`` or ``DecoderConfig``.
+        overrides: field name -> value, as passed by the caller.
     """
-
-    def decorate(cls: type) -> type:
-        init = cls.__init__
-
-        def use(old: str) -> None:
-            if deprecated:
-                warnings.warn(f"{cls.__name__}.{old} is now called {renamed[old]}; the old "
-                              f"name will be removed", DeprecationWarning, stacklevel=3)
-
-        @functools.wraps(init)
-        def __init__(self, *args, **kwargs):
-            for old, new in renamed.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise ValueError(f"give {new} or its old name {old}, not both")
-                    use(old)
-                    kwargs[new] = kwargs.pop(old)
-            init(self, *args, **kwargs)
-
-        def alias(old: str, new: str) -> property:
-            def get(self):
-                use(old)
-                return getattr(self, new)
-
-            def set_(self, value):
-                use(old)
-                setattr(self, new, value)
-
-            return property(get, set_, doc=f"The old name of :attr:`{new}`.")
-
-        cls.__init__ = __init__
-        for old, new in renamed.items():
-            setattr(cls, old, alias(old, new))
-        return cls
-
-    return decorate
+    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    unknown = set(overrides) - fields
+    if unknown:
+        raise ValueError(f"unknown {config_cls.__name__} fields: {sorted(unknown)}")

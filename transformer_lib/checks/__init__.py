@@ -13,10 +13,9 @@ student's notebook always runs to the end. Inputs come from a private generator:
 leaves the global random state alone.
 
 Layout: ``_harness`` holds the machinery every checker shares (running the cases, calling the
-student's function safely, comparing tensors, recognising common mistakes), ``_reference``
-the references and mask mistakes that several chapters use, and one module per chapter, named
-``chNN_topic`` after the chapter's notebook (``ch01_attention`` for
-``chapters/01_attention.ipynb``), holds that chapter's checkers.
+student's function safely, comparing tensors, recognising common mistakes), and one module per
+chapter, named ``chNN_topic`` after the chapter's notebook (``ch01_attention`` for
+``chapters/01_attention.ipynb``), holds that chapter's checkers and their references.
 
 To add a chapter's checkers, write ``chNN_topic.py`` here with one public ``check_<exercise>``
 function per exercise, built on the harness. This package finds the module itself and

@@ -20,7 +20,6 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
-from transformer_lib.checks._reference import _split_heads
 
 ROLES = ("queries", "keys", "values")  # the three blocks of a fused projection, in order
 
@@ -85,6 +84,13 @@ def check_attention_memory(attention_memory: Callable[..., int]) -> CheckResult:
 
 
 # Splitting a fused q, k, v output into heads --------------------------------------------------
+
+
+def _split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """The reference: ``(B, T, C) -> (B, H, T, D)``, head h owning channels h·D … h·D + D − 1,
+    the layout of :class:`transformer_lib.attention.MultiHeadAttention`."""
+    B, T, C = x.shape
+    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
 
 
 def _split_qkv(qkv: Tensor, H: int) -> tuple[Tensor, Tensor, Tensor]:

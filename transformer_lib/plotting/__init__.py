@@ -5,10 +5,11 @@ returns ``(fig, ax)`` so a notebook can add to the picture or save it. All of th
 look, set in :mod:`~transformer_lib.plotting.style`: ``WEIGHT_CMAP`` for values in [0, 1],
 ``SIGNED_CMAP`` for signed values (both readable with the common colour-vision deficiencies:
 no red-green scale anywhere), one line palette ``RUN_COLOURS``, and the same title, label and
-tick sizes. Importing this package applies :func:`~.style.use_book_style`: figures are shown
-as SVG, sharp on any screen, and a new figure is at most ``FIGURE_WIDTH`` (5.4) inches wide, so
-that on a 390 px phone its smallest text, 10 pt, stays 9 CSS px or more. Inputs may be torch
-tensors or numpy arrays.
+tick sizes. Importing this package changes nothing global; a notebook asks for the book's look
+once, with :func:`~.style.use_book_style` (every chapter's imports cell does): figures are
+shown as SVG, sharp on any screen, and a new figure is at most ``FIGURE_WIDTH`` (5.4) inches
+wide, so that on a 390 px phone its smallest text, 10 pt, stays 9 CSS px or more. Inputs may be
+torch tensors or numpy arrays.
 
 The figures live by subject: :mod:`.attention` (heatmap, text map, KV-cache mask),
 :mod:`.positions` (positional encodings, RoPE, curves against the position) and
@@ -56,8 +57,6 @@ from transformer_lib.plotting.style import (
     use_book_style,
 )
 from transformer_lib.plotting.tiling import flash_tiling
-
-use_book_style()  # every notebook that imports a figure gets the house look and SVG
 
 __all__ = [
     # style

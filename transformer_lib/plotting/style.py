@@ -2,8 +2,8 @@
 of font sizes, one line palette, the colour maps and the mask colours, and the format figures
 are shown in.
 
-Figures are shown as SVG (:func:`use_book_style`, applied when :mod:`transformer_lib.plotting`
-is imported): lines and text stay sharp at any screen density and zoom, and a heatmap's cells
+Figures are shown as SVG (:func:`use_book_style`, which each chapter calls in its imports
+cell): lines and text stay sharp at any screen density and zoom, and a heatmap's cells
 are embedded once, one pixel per cell, and drawn as sharp squares. An SVG is shown at
 ``CSS_PX_PER_INCH`` (96) CSS pixels per inch, and a point of text is 4/3 of a CSS pixel.
 
@@ -117,10 +117,11 @@ def book_rc() -> dict[str, object]:
 def use_book_style(shell: object | None = None) -> bool:
     """Apply the house look: set :func:`book_rc` and, in IPython, show figures as SVG.
 
-    Called when :mod:`transformer_lib.plotting` is imported, so every notebook (the book's
-    build, Jupyter, Colab, nbval) gets sharp figures without a line of its own. The format is
-    set on the shell's display formatters now and in the inline backend's configuration, so
-    that the backend, when it is activated later (at the first figure), keeps it.
+    Importing :mod:`transformer_lib.plotting` changes no global state: a notebook calls this
+    once, in its imports cell (every chapter does, so the book's build, Jupyter, Colab and
+    nbval show the same figures). It changes matplotlib's ``rcParams`` and, in IPython, the
+    shell's display formatters and the inline backend's configuration, so that the backend,
+    when it is activated later (at the first figure), keeps the format.
 
     Args:
         shell: the IPython shell to configure; by default the running one, if any.

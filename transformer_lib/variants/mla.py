@@ -38,7 +38,6 @@ from transformer_lib.cache import PositionCache, cache_length
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import PAIRINGS, apply_rope, rope_cos_sin
 from transformer_lib.validation import (
-    accept_old_names,
     check_choice,
     check_float,
     check_int,
@@ -48,16 +47,13 @@ from transformer_lib.validation import (
 __all__ = ["MLAConfig", "MLACache", "MultiHeadLatentAttention"]
 
 
-@accept_old_names({"rms_norm_eps": "norm_eps"}, deprecated=False)
 @dataclass
 class MLAConfig:
     """The sizes of a :class:`MultiHeadLatentAttention` layer; every field is checked for type
     and range when created.
 
     DeepSeek-V3 uses d_model=7168, n_heads=128, kv_lora_rank=512, qk_nope_head_dim=128,
-    qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536. ``rms_norm_eps``, the name in
-    DeepSeek's and Hugging Face's configs, is accepted for ``norm_eps`` (keyword and
-    attribute).
+    qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536.
     """
 
     d_model: int = 64  # C: width of the residual stream

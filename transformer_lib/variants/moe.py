@@ -74,7 +74,7 @@ class MoEFeedForward(nn.Module):
     """Top-k mixture of SwiGLU experts with a linear router (no bias).
 
     ``forward(x)`` returns ``(out, aux_loss)``. With ``keep_weights=True`` (or inside
-    ``with transformer_lib.attention.record_weights(layer):``) the last routing is kept for
+    ``with transformer_lib.recording.record_weights(layer):``) the last routing is kept for
     plotting: :attr:`last_router_probs` ``(..., E)`` and :attr:`last_expert_index`
     ``(..., k)`` (detached); the load per expert is
     ``torch.bincount(last_expert_index.flatten(), minlength=E)``. By default nothing is kept.

@@ -15,17 +15,15 @@ narrow screen each takes a full row; the pictures are drawn at about the width o
 content column (``FRAME_WIDTH``) and scale down with the container, never up.
 
 The Stack-or-kernel switch is ``frames.HAS_STACK`` (``HAS_STACK`` here is its value at
-import). The frame renderers (``_attention_frames``, ``_rope_pair_frames``, …) are importable
-from here for tests that compare an explorer's pictures with them.
+import). The frame renderers (``_attention_frames``, ``_rope_pair_frames``, …) stay in their
+modules (``transformer_lib.widgets.attention`` and so on).
 """
 from transformer_lib.plotting.style import DPI
-from transformer_lib.tasks import decode_with_cross_attention
 from transformer_lib.widgets.attention import (
     ATTENTION_FONT,
     AttentionExplorer,
     attention_explorer,
 )
-from transformer_lib.widgets.attention import _attention_frames as _attention_frames
 from transformer_lib.widgets.frames import (
     COLOURS,
     CONTROL_MAX_WIDTH,
@@ -36,14 +34,12 @@ from transformer_lib.widgets.frames import (
     MAX_FRAMES,
     Explorer,
 )
-from transformer_lib.widgets.frames import _png_width as _png_width
 from transformer_lib.widgets.heads import (
     TWO_READS_HEADS_FILE,
     HeadsExplorer,
     heads_explorer,
     load_two_reads_heads,
 )
-from transformer_lib.widgets.heads import _heads_frames as _heads_frames
 from transformer_lib.widgets.kv_memory import (
     KV_CONTEXTS,
     KV_DTYPES,
@@ -52,42 +48,29 @@ from transformer_lib.widgets.kv_memory import (
     KvMemoryExplorer,
     kv_memory_explorer,
 )
-from transformer_lib.widgets.kv_memory import _cache_bytes as _cache_bytes
-from transformer_lib.widgets.kv_memory import _kv_memory_frame as _kv_memory_frame
-from transformer_lib.widgets.kv_memory import _weight_bytes as _weight_bytes
 from transformer_lib.widgets.norms import (
     GRADIENT_PROFILE_FILE,
     GradientExplorer,
     gradient_explorer,
     load_gradient_profile,
 )
-from transformer_lib.widgets.norms import _gradient_frames as _gradient_frames
 from transformer_lib.widgets.online_softmax import (
     OnlineSoftmaxExplorer,
     OnlineSteps,
     online_softmax_explorer,
 )
-from transformer_lib.widgets.online_softmax import _online_softmax_frames as _online_softmax_frames
-from transformer_lib.widgets.online_softmax import _online_softmax_steps as _online_softmax_steps
 from transformer_lib.widgets.recall import RECALL_FONT, RecallExplorer, recall_explorer
-from transformer_lib.widgets.recall import _recall_by_age as _recall_by_age
-from transformer_lib.widgets.recall import _recall_frames as _recall_frames
 from transformer_lib.widgets.rope import (
     KEY_OFFSET,
     ROPE_FRAME,
     RopeExplorer,
     rope_explorer,
 )
-from transformer_lib.widgets.rope import _rope_pair_frames as _rope_pair_frames
-from transformer_lib.widgets.rope import _rope_score_frames as _rope_score_frames
-from transformer_lib.widgets.rope import _rope_score_table as _rope_score_table
 from transformer_lib.widgets.sampling import (
     SAMPLING_FONT,
     SamplingExplorer,
     sampling_explorer,
 )
-from transformer_lib.widgets.sampling import _sampling_bars as _sampling_bars
-from transformer_lib.widgets.sampling import _sampling_frames as _sampling_frames
 from transformer_lib.widgets.softmax import (
     SCALINGS,
     SOFTMAX_DIMS,
@@ -95,14 +78,11 @@ from transformer_lib.widgets.softmax import (
     SoftmaxExplorer,
     softmax_explorer,
 )
-from transformer_lib.widgets.softmax import _softmax_frames as _softmax_frames
-from transformer_lib.widgets.softmax import _softmax_table as _softmax_table
 
 __all__ = [
     "attention_explorer", "rope_explorer", "Explorer", "AttentionExplorer", "RopeExplorer",
     "HAS_STACK", "DPI", "FONT", "ATTENTION_FONT", "FRAME_WIDTH", "COLOURS", "MAX_FRAMES",
     "CONTROL_WIDTH", "CONTROL_MAX_WIDTH", "KEY_OFFSET", "ROPE_FRAME",
-    "decode_with_cross_attention",
     "heads_explorer", "HeadsExplorer", "load_two_reads_heads", "TWO_READS_HEADS_FILE",
     "kv_memory_explorer", "KvMemoryExplorer", "KV_PRESETS", "KV_CONTEXTS", "KV_HEAD_CHOICES",
     "KV_DTYPES",
