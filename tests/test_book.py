@@ -5,6 +5,7 @@ build it first when it is missing or older than its sources.
 """
 from __future__ import annotations
 
+import ast
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -411,3 +412,93 @@ def test_widget_page_loads_the_local_widget_manager(html):
     # ... and only there: pages without widgets do not pay for the 3.6 MB manager.
     intro = _parse(html / "intro.html")
     assert not any("embed-amd" in s or "require.js" in s for s in intro.scripts)
+
+
+# The API reference ------------------------------------------------------------------------
+
+LIBRARY = ROOT / "transformer_lib"
+
+
+def public_modules() -> list[str]:
+    """Every public module of the library (no part of its dotted name starts with ``_``)."""
+    names = []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not any(p.startswith("_") for p in parts):
+            names.append(".".join(parts))
+    return names
+
+
+def public_names(module: str) -> list[str]:
+    """The public names a module defines at its top level (functions, classes, constants): those
+    of its literal ``__all__``, else every name without a leading underscore. A name it only
+    imports (a package's re-exports) is checked in the module that defines it."""
+    path = ROOT / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defined, exported = [], None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.append(node.name)
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id == "__all__":
+                try:
+                    exported = set(ast.literal_eval(node.value))
+                except ValueError:
+                    pass  # built at import (transformer_lib.checks): its modules are checked
+            elif isinstance(target, ast.Name):
+                defined.append(target.id)
+    return [name for name in defined if not name.startswith("_")
+            and (exported is None or name in exported)]
+
+
+def documented_names(page: str) -> set[str]:
+    """The dotted names that have an entry on a page autodoc wrote (its anchors)."""
+    return set(re.findall(r'<dt class="sig sig-object py" id="([\w.]+)"', page))
+
+
+def undocumented(modules: dict[str, list[str]], documented: set[str]) -> list[str]:
+    """Each ``module.name`` that has no entry on the page."""
+    return [f"{module}.{name}" for module, names in modules.items() for name in names
+            if f"{module}.{name}" not in documented]
+
+
+def test_public_names_are_found_in_the_library():
+    modules = public_modules()
+    assert {"transformer_lib.attention", "transformer_lib.plotting",
+            "transformer_lib.widgets.rope", "transformer_lib.checks.ch01_attention",
+            "transformer_lib.variants.mla"} <= set(modules)
+    assert not [m for m in modules if "._" in m]
+    assert "causal_mask" in public_names("transformer_lib.attention")
+    assert "DecoderConfig" in public_names("transformer_lib.decoder")  # from __all__
+    assert "KVCache" not in public_names("transformer_lib.decoder")  # imported: cache's
+    assert "KVCache" in public_names("transformer_lib.cache")
+    assert public_names("transformer_lib.plotting") == []  # re-exports only
+    assert "check_score_scale" in public_names("transformer_lib.checks.ch01_attention")
+
+
+def test_undocumented_names_are_reported():
+    documented = documented_names('<dt class="sig sig-object py" id="transformer_lib.plotting.'
+                                  'attention.attention_heatmap">')
+    modules = {"transformer_lib.plotting.attention": ["attention_heatmap", "kv_cache_mask"]}
+    assert undocumented(modules, documented) == ["transformer_lib.plotting.attention.kv_cache_mask"]
+
+
+@pytest.mark.book
+def test_api_page_documents_every_public_name(html):
+    """Every public function, class and constant of every public module has an entry on the
+    API reference page, under the module that defines it: a new name without a docstring (a
+    constant without its ``#:`` comment), or a new module without its ``automodule`` block,
+    fails here."""
+    page = (html / "appendix" / "api.html").read_text(encoding="utf-8")
+    documented = documented_names(page)
+    modules = {module: public_names(module) for module in public_modules()}
+    assert sum(map(len, modules.values())) > 200
+    missing = undocumented(modules, documented)
+    assert not missing, f"not on the API page: {missing}"
+    blocks = set(re.findall(r'id="module-([\w.]+)"', page))
+    assert set(modules) <= blocks, f"no automodule block: {sorted(set(modules) - blocks)}"

@@ -1,14 +1,10 @@
-"""CONTRIBUTING.md against the code: the API overview describes every name a notebook imports,
-and every name, signature and path it writes exists; every exercise checker is listed; the
-layers are the ones tests/test_layering.py enforces; the markers are the registered ones and
-`make check` leaves each out; the version agrees in its three places."""
+"""CONTRIBUTING.md against the code: every path it writes exists; every exercise checker is
+listed; the layers are the ones tests/test_layering.py enforces; the markers are the
+registered ones and `make check` leaves each out; the version agrees in its three places.
+(The API is documented by the book's API reference page, generated from the docstrings;
+tests/test_book.py checks that it covers every public name.)"""
 from __future__ import annotations
 
-import ast
-import builtins
-import importlib
-import inspect
-import keyword
 import re
 import tomllib
 from pathlib import Path
@@ -19,11 +15,9 @@ import transformer_lib
 from transformer_lib import checks
 
 import test_layering
-from notebook_imports import import_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "CONTRIBUTING.md"
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 
@@ -35,112 +29,9 @@ def section(title: str, text: str | None = None) -> str:
     return found.group(1)
 
 
-def module_sections(overview: str) -> dict[str, str]:
-    """The API overview's text by module: each ``- `transformer_lib.x` ...`` bullet with its
-    sub-bullets and continuation lines."""
-    parts = re.split(r"^- `(transformer_lib(?:\.\w+)*)`", overview, flags=re.M)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
-
-
 def spans(text: str) -> list[str]:
     """The inline code spans of Markdown text (single backticks; fences are not inline)."""
     return re.findall(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)", text)
-
-
-# ---- what the notebooks import is described ------------------------------------------------
-
-def _imported_names(path: Path) -> set[tuple[str, str]]:
-    """(module, name) for every ``from transformer_lib.x import name`` in a notebook."""
-    found = set()
-    for node in import_nodes(path):
-        if (isinstance(node, ast.ImportFrom)
-                and (node.module or "").startswith("transformer_lib.")):
-            found |= {(node.module, alias.name) for alias in node.names}
-    return found
-
-
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_api_overview_lists_what_the_notebook_imports(notebook):
-    sections = module_sections(section("API overview"))
-    missing = []
-    for module, name in sorted(_imported_names(notebook)):
-        text = sections.get(module)
-        if module == "transformer_lib.checks":
-            ok = text is not None and name in section("Checkers") + text
-        else:
-            ok = text is not None and re.search(rf"`{re.escape(name)}\b", text)
-        if not ok:
-            missing.append(f"{module}.{name}")
-    assert not missing, f"CONTRIBUTING.md's API overview does not describe {missing}"
-
-
-# ---- every name and signature of the API overview exists ------------------------------------
-
-_SHAPE = re.compile(r"^[A-Z](_kv|[a-z])?$")  # B, T, H_kv, Dk: shape letters, not names
-
-
-def _resolve(module, dotted: str):
-    """``module.a.b`` for ``dotted`` "a.b", or None."""
-    obj = module
-    for part in dotted.split("."):
-        if not hasattr(obj, part):
-            return None
-        obj = getattr(obj, part)
-    return obj
-
-
-def _source(module) -> str:
-    """The source of a module, or of every file of a package."""
-    path = Path(module.__file__)
-    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
-    return "\n".join(f.read_text(encoding="utf-8") for f in files)
-
-
-def _arguments(text: str) -> list[str] | None:
-    """The parameter names written between the first parentheses of a call, "..." kept; None
-    when the parentheses do not close in ``text``."""
-    depth, start = 0, text.index("(")
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            inner = text[start + 1:i]
-            break
-    else:
-        return None
-    pieces, depth, current = [], 0, ""
-    for char in inner:
-        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            pieces.append(current)
-            current = ""
-        else:
-            current += char
-    pieces.append(current)
-    names = []
-    for piece in (p.strip() for p in pieces):
-        if piece in ("...", "…"):
-            names.append("...")
-        elif piece and piece != "*":
-            names.append(re.match(r"\**(\w+)", piece).group(1))
-    return names
-
-
-def _signature_problems(obj, written: list[str], label: str) -> list[str]:
-    """What is wrong with a signature as written: a parameter the code does not have, or,
-    when the written one has no "...", a parameter of the code left out."""
-    try:
-        params = inspect.signature(obj).parameters
-    except (TypeError, ValueError):
-        return []
-    real = [name for name in params if name not in ("self", "cls")]
-    var_keyword = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    problems = [f"{label}: no parameter {name!r} (it has {real})"
-                for name in written if name != "..." and name not in real and not var_keyword]
-    if "..." not in written and getattr(obj, "__module__", "").startswith("transformer_lib"):
-        left_out = [name for name in real if name not in written]
-        if left_out:
-            problems.append(f"{label}: leaves out {left_out} (write them, or '...')")
-    return problems
 
 
 def _path_problem(text: str) -> str | None:
@@ -150,70 +41,6 @@ def _path_problem(text: str) -> str | None:
         return None  # a pattern, e.g. tests/test_<module>.py
     candidates = [ROOT / text, ROOT / "transformer_lib" / "data" / text]
     return None if any(p.exists() for p in candidates) else f"{text}: no such file"
-
-
-def api_problems(module_name: str, text: str) -> list[str]:
-    """Every name in the module's part of the overview that the module does not have."""
-    module = importlib.import_module(module_name)
-    source = _source(module)
-    problems = []
-    for span in spans(text):
-        span = span.strip().lstrip(".")
-        if re.fullmatch(r"[\w./-]+\.(py|pt|json|md|txt|toml|yml|ipynb)|[\w.-]+/[\w./-]*", span):
-            problems.append(_path_problem(span))
-            continue
-        head = re.match(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", span)
-        if not head or keyword.iskeyword(head.group(0).split(".")[0]):
-            continue  # a literal, a shape, a statement
-        name = head.group(0)
-        if span[len(name):].startswith("("):
-            obj = _resolve(module, name)
-            if name.startswith("transformer_lib."):
-                obj = importlib.import_module(name)
-            if obj is None:
-                problems.append(f"{module_name}: {name}(...) does not exist")
-                continue
-            written = _arguments(span)
-            if written is not None:
-                problems += _signature_problems(obj, written, f"{module_name}.{name}")
-            continue
-        for word in re.findall(r"[A-Za-z_][\w.]*", span):
-            word = word.rstrip(".")
-            if (_SHAPE.match(word) or hasattr(builtins, word) or keyword.iskeyword(word)
-                    or word.startswith("transformer_lib")):
-                continue
-            if _resolve(module, word) is None and not re.search(rf"\b{re.escape(word)}\b",
-                                                                source):
-                problems.append(f"{module_name}: {word} is not in the module")
-    return [p for p in problems if p]
-
-
-SECTIONS = module_sections(section("API overview"))
-
-
-@pytest.mark.parametrize("module", sorted(SECTIONS))
-def test_api_overview_names_and_signatures_exist(module):
-    problems = api_problems(module, SECTIONS[module])
-    assert not problems, "\n".join(problems)
-
-
-def test_api_overview_covers_every_module_of_the_library():
-    described = {name.split(".")[1] for name in SECTIONS}
-    layers = test_layering.CORE | test_layering.MODELS | test_layering.TEACHING
-    assert layers <= described, f"not in the API overview: {sorted(layers - described)}"
-
-
-def test_the_signature_check_catches_drift():
-    """A parameter renamed or left out, a name removed, a missing file: each is reported."""
-    text = ("`Decoder.generate(tokens, max_new_tokens, temperature=0.0, top_k=None, "
-            "use_cache=True, generator=None, top_q=None)`, `Decoder.forward(tokens)`, "
-            "`DecoderGone`, `transformer_lib/data/nothing.pt`, `Decoder.new_cache(...)`")
-    problems = "\n".join(api_problems("transformer_lib.decoder", text))
-    assert "no parameter 'top_q'" in problems and "leaves out ['top_p']" in problems
-    assert "leaves out ['cache']" in problems
-    assert "DecoderGone is not in the module" in problems
-    assert "nothing.pt: no such file" in problems
-    assert "new_cache" not in problems
 
 
 # ---- checkers, chapters with exercises, layers ----------------------------------------------

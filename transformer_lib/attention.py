@@ -1,8 +1,7 @@
 """Scaled dot-product attention, masks, and multi-head attention (MHA, GQA, MQA).
 
-Shape letters used throughout the library:
-    B batch, T query length, S key length, H query heads, H_kv key/value heads,
-    D head dim, C model dim (d_model), V vocabulary size.
+Shape letters used throughout the library: B batch, T query length, S key length, H query
+heads, H_kv key/value heads, D head dim, C model dim (d_model), V vocabulary size.
 
 Mask convention: a boolean mask where **True means "may attend"**. Note that
 ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer`` use the opposite
@@ -106,8 +105,16 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     With ``S > T`` the T queries are the *last* T positions of the sequence, after a
     cached prefix of ``S - T`` positions (KV-cache decoding). True = may attend.
 
+    Args:
+        T: number of queries.
+        S: number of keys, ``S >= T``; None means ``S = T``.
+        device: where the mask is made.
+
     Returns:
         ``(T, S)`` boolean tensor.
+
+    Raises:
+        ValueError: unless ``1 <= T <= S``.
     """
     S = T if S is None else S
     if T < 1 or S < T:
@@ -152,6 +159,13 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     From ``(B, H_kv, S, D)`` to ``(B, H_kv * n_rep, S, D)``. Heads are *interleaved*
     (kv0, kv0, kv1, kv1, ...), not tiled (kv0, kv1, kv0, kv1): query head h reads
     key/value head ``h // n_rep``.
+
+    Args:
+        x: keys or values ``(B, H_kv, S, D)``.
+        n_rep: copies of each head, ``H / H_kv`` (1 returns ``x`` itself).
+
+    Returns:
+        ``(B, H_kv * n_rep, S, D)``.
     """
     if n_rep < 1:
         raise ValueError(f"n_rep must be >= 1, got {n_rep}")
@@ -218,7 +232,10 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     output, as with the other entries (whatever this PyTorch's SDPA returns for it). The
     kernel never forms the weights, so ``need_weights`` is accepted and None returned.
 
-    Args and shapes as :func:`eager_attention`.
+    Args:
+        q, k, v, mask, causal, scale, dropout_p, need_weights: as in :func:`eager_attention`:
+            q ``(B, H, T, D)``, k ``(B, H_kv, S, D)``, v ``(B, H_kv, S, Dv)``, mask
+            broadcastable to ``(B, H, T, S)``.
 
     Returns:
         ``(out, None)``, out ``(B, H, T, Dv)``.
@@ -249,7 +266,10 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     cannot see and never forms the weights, so ``need_weights`` is accepted and None
     returned.
 
-    Args and shapes as :func:`eager_attention`.
+    Args:
+        q, k, v, mask, causal, scale, dropout_p, need_weights: as in :func:`eager_attention`:
+            q ``(B, H, T, D)``, k ``(B, H_kv, S, D)``, v ``(B, H_kv, S, Dv)``, mask
+            broadcastable to ``(B, H, T, S)``.
 
     Returns:
         ``(out, None)``, out ``(B, H, T, Dv)``.
@@ -261,14 +281,17 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     return out, None
 
 
+#: The signature every attention entry shares: ``fn(q, k, v, mask=None, *, causal=False,
+#: scale=None, dropout_p=0.0, need_weights=False) -> (out, weights or None)``.
 AttentionFunction = Callable[..., tuple[Tensor, "Tensor | None"]]
 
+#: The attention entries by name (``attn_implementation``): ``"eager"``, ``"sdpa"``, ``"tiled"``.
 ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {
     "eager": eager_attention,  # the reference, written out; forms the weights
     "sdpa": sdpa_attention,  # PyTorch's fused kernel
     "tiled": tiled_attention,  # key tiles with an online softmax (flash.py)
 }
-ATTN_IMPLEMENTATIONS = tuple(ATTENTION_FUNCTIONS)  # ("eager", "sdpa", "tiled")
+ATTN_IMPLEMENTATIONS = tuple(ATTENTION_FUNCTIONS)  #: the names: ("eager", "sdpa", "tiled")
 
 
 # ---- the layer -----------------------------------------------------------------------------
@@ -290,8 +313,19 @@ class MultiHeadAttention(nn.Module):
     ``keep_weights=True`` keeps the attention weights ``(B, H, T, S)`` of the last forward
     pass, detached, in :attr:`last_weights` (for plots); by default nothing is kept, so a
     model holds no ``(B, H, T, S)`` tensor between calls.
-    :func:`~transformer_lib.recording.record_weights` turns it on for every layer of a model
-    for the length of a ``with`` block. Only ``"eager"`` forms the weights.
+    :func:`~transformer_lib.recording.record_weights` turns it on
+    for every layer of a model for the length of a ``with`` block. Only ``"eager"`` forms
+    the weights.
+
+    Args:
+        d_model: C, the width of the input and the output.
+        n_heads: H, query heads; head dim ``D = d_model // n_heads``.
+        n_kv_heads: H_kv, key/value heads (a divisor of ``n_heads``); None means ``n_heads``.
+        bias: whether the four projections have biases.
+        dropout: dropout probability on the attention weights in training.
+        layer_idx: the layer's slot in a :class:`~transformer_lib.cache.KVCache`.
+        attn_implementation: ``"eager"``, ``"sdpa"`` or ``"tiled"``.
+        keep_weights: keep the last weights ``(B, H, T, S)`` in :attr:`last_weights`.
     """
 
     def __init__(

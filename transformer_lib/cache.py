@@ -31,6 +31,13 @@ from transformer_lib.validation import check_positive
 def cache_length(max_seq_len: int | None, limit: int) -> int:
     """The length of a new cache: ``max_seq_len``, or ``limit`` (the config's) if None.
 
+    Args:
+        max_seq_len: the length asked for, or None.
+        limit: the longest the model allows (its config's ``max_seq_len``).
+
+    Returns:
+        The number of positions to allocate.
+
     Raises:
         ValueError: ``max_seq_len`` is not in ``[1, limit]``.
     """
@@ -45,6 +52,9 @@ class PositionCache:
 
     A subclass allocates its tensors, lists them in :meth:`tensors`, and writes with an
     ``update`` that calls :meth:`check_shape` and :meth:`check_room` and leaves ``pos`` alone.
+
+    Args:
+        max_seq_len: the positions the cache holds.
     """
 
     def __init__(self, max_seq_len: int):
@@ -53,7 +63,11 @@ class PositionCache:
         self.pos = 0  # positions 0 … pos - 1 are filled
 
     def tensors(self) -> tuple[Tensor, ...]:
-        """The tensors that hold the cached positions."""
+        """The tensors that hold the cached positions.
+
+        Returns:
+            The subclass's tensors, each with ``max_seq_len`` positions.
+        """
         raise NotImplementedError
 
     @property
@@ -62,7 +76,11 @@ class PositionCache:
         return sum(t.nbytes for t in self.tensors())
 
     def check_room(self, T: int) -> None:
-        """Raise a ValueError unless ``T`` more positions fit after the ``pos`` cached ones."""
+        """Raise a ValueError unless ``T`` more positions fit after the ``pos`` cached ones.
+
+        Args:
+            T: the number of new positions.
+        """
         if self.pos + T > self.max_seq_len:
             raise ValueError(
                 f"{type(self).__name__} overflow: {self.pos} cached + {T} new positions "
@@ -73,6 +91,11 @@ class PositionCache:
         """Raise a ValueError unless ``x`` has one dimension per entry of ``sizes``, of that
         size (None: any size), e.g. ``check_shape("k", k, B=2, H_kv=4, T=None, D=16)``:
         "k must have shape (B, H_kv, T, D) = (2, 4, T, 16) for this cache, got (2, 8, 5, 16)".
+
+        Args:
+            name: the tensor's name in the message.
+            x: the tensor to check.
+            **sizes: shape letter -> size (None: any), one per dimension, in order.
         """
         got = tuple(x.shape)
         if len(got) == len(sizes) and all(n is None or n == g for n, g in zip(sizes.values(), got)):
@@ -83,7 +106,11 @@ class PositionCache:
                          f"got {got}")
 
     def advance(self, T: int) -> None:
-        """Mark ``T`` more positions as filled (the model calls it once per forward pass)."""
+        """Mark ``T`` more positions as filled (the model calls it once per forward pass).
+
+        Args:
+            T: the number of positions the pass wrote.
+        """
         self.check_room(T)
         self.pos += T
 
@@ -103,6 +130,15 @@ class KVCache(PositionCache):
     different lengths share a cache when padded on the left, with the padded keys blocked by
     a mask in every forward pass (chapter 7); a position per sequence is not supported.
     Growing a cache with ``torch.cat`` instead would copy every cached position at each step.
+
+    Args:
+        n_layers: layers of the model, one slot each.
+        batch_size: B.
+        n_kv_heads: H_kv.
+        max_seq_len: positions held.
+        head_dim: D.
+        dtype: the dtype of the keys and values.
+        device: where the cache is allocated.
     """
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_seq_len: int,
@@ -117,10 +153,12 @@ class KVCache(PositionCache):
 
     @property
     def n_layers(self) -> int:
+        """The number of layers, one slot each."""
         return self.k.shape[0]
 
     @property
     def batch_size(self) -> int:
+        """B, the sequences the cache holds."""
         return self.k.shape[1]
 
     def tensors(self) -> tuple[Tensor, ...]:
@@ -128,8 +166,17 @@ class KVCache(PositionCache):
         return self.k, self.v
 
     def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``k, v`` ``(B, H_kv, T, D)`` at ``pos`` in layer ``layer_idx``'s slot and
-        return all its cached keys/values ``(B, H_kv, pos + T, D)``. Does not advance ``pos``."""
+        """Store the new keys and values at ``pos`` in layer ``layer_idx``'s slot and return
+        all its cached ones. Does not advance ``pos``.
+
+        Args:
+            layer_idx: the layer's slot.
+            k: new keys ``(B, H_kv, T, D)``.
+            v: new values ``(B, H_kv, T, D)``.
+
+        Returns:
+            ``(keys, values)``, each ``(B, H_kv, pos + T, D)``: views of the cache.
+        """
         if not 0 <= layer_idx < self.n_layers:
             raise ValueError(f"layer_idx must be in [0, {self.n_layers - 1}], got {layer_idx}")
         _, B, H_kv, _, D = self.k.shape

@@ -1,7 +1,9 @@
 """Load weights from independent implementations into ours, to prove the two compute the same.
 
-* :func:`decoder_from_hf_llama`: a Hugging Face ``LlamaForCausalLM`` -> our :class:`Decoder`.
-* :func:`encoder_decoder_from_torch`: a ``torch.nn.Transformer`` -> our :class:`EncoderDecoder`.
+* :func:`decoder_from_hf_llama`: a Hugging Face ``LlamaForCausalLM`` -> our
+  :class:`~transformer_lib.decoder.Decoder`.
+* :func:`encoder_decoder_from_torch`: a ``torch.nn.Transformer`` -> our
+  :class:`~transformer_lib.encoder_decoder.EncoderDecoder`.
 
 Both copy every tensor explicitly and fail loudly on a configuration we do not model.
 """
@@ -49,13 +51,26 @@ def _rope_theta(config) -> float:
 
 
 def decoder_from_hf_llama(hf_model, attn_implementation: str = "eager") -> Decoder:
-    """Build a :class:`Decoder` with the weights of a ``transformers.LlamaForCausalLM``.
+    """Build a :class:`~transformer_lib.decoder.Decoder` with the weights of a
+    ``transformers.LlamaForCausalLM``.
 
     Hugging Face stores q/k weights for split-half RoPE, so the result uses
     ``rope_pairing="half"``. Tied embeddings stay tied. The parameter names are the same on
     both sides except for HF's ``model.`` prefix. ``attn_implementation`` is the decoder's
     (``"eager"``, the readable reference, ``"sdpa"``, the fused path, or ``"tiled"``), whatever
     HF's is.
+
+    Args:
+        hf_model: a ``transformers.LlamaForCausalLM`` (any size; its weights' dtype is kept).
+        attn_implementation: the attention entry of the result.
+
+    Returns:
+        A :class:`~transformer_lib.decoder.Decoder` that computes the same logits
+        ``(B, T, V)`` as ``hf_model`` for the same token ids ``(B, T)``.
+
+    Raises:
+        ValueError: for a config this decoder cannot express (biases, another activation,
+            RoPE scaling, a head dim that does not divide the width).
     """
     cfg = hf_model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -121,7 +136,8 @@ def _copy_ffn(ours, theirs_layer) -> None:
 @torch.no_grad()
 def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
                                tgt_vocab_size: int = 1) -> EncoderDecoder:
-    """Build an :class:`EncoderDecoder` whose stacks compute what ``module`` computes.
+    """Build an :class:`~transformer_lib.encoder_decoder.EncoderDecoder` whose stacks compute
+    what ``module`` computes.
 
     ``nn.Transformer`` has no embeddings, positions or output layer: it maps embedded inputs
     to hidden states. Our ``model.encoder`` and ``model.decoder`` stacks do the same on
@@ -136,6 +152,19 @@ def encoder_decoder_from_torch(module: nn.Transformer, src_vocab_size: int = 1,
     * expects batch-first tensors: with ``batch_first=False`` transpose dims 0 and 1.
 
     The embeddings and output layer of the result are freshly initialised.
+
+    Args:
+        module: the ``torch.nn.Transformer`` to copy (its encoder and decoder layers).
+        src_vocab_size: the result's source vocabulary (its embeddings are new).
+        tgt_vocab_size: the result's target vocabulary.
+
+    Returns:
+        An :class:`~transformer_lib.encoder_decoder.EncoderDecoder` whose
+        ``model.encoder(x, mask)`` and ``model.decoder(y, memory, tgt_mask, memory_mask)``
+        on ``(B, S, C)`` and ``(B, T, C)`` match the module's stacks.
+
+    Raises:
+        ValueError: for an activation other than ReLU, or attention without biases.
     """
     enc_layers, dec_layers = module.encoder.layers, module.decoder.layers
     first = enc_layers[0]

@@ -38,8 +38,8 @@ from transformer_lib.validation import (
 
 __all__ = ["DecoderConfig", "DecoderBlock", "Decoder", "POSITIONS", "init_weights"]
 
-# How positions enter the model: rotations of q and k in every layer, a table added to the
-# token embeddings (fixed sinusoids or learned rows), or not at all.
+#: How positions enter the model: rotations of q and k in every layer, a table added to the
+#: token embeddings (fixed sinusoids or learned rows), or not at all.
 POSITIONS = ("rope", "sinusoidal", "learned", "none")
 
 
@@ -48,22 +48,22 @@ class DecoderConfig:
     """The sizes and choices of a :class:`Decoder`; every field is checked for type and range
     when created."""
 
-    vocab_size: int = 64  # V: number of token ids
-    d_model: int = 64  # C: width of the residual stream
-    n_layers: int = 2  # number of decoder blocks
-    n_heads: int = 4  # H: query heads; head dim D = d_model // n_heads
-    n_kv_heads: int = 2  # H_kv: key/value heads (= n_heads: MHA, 1: MQA, between: GQA)
-    d_ff: int = 172  # hidden width of SwiGLU (about 8/3 * d_model)
-    max_seq_len: int = 128  # longest sequence (prompt + generated); size of the KV cache
-    rope_theta: float = 10000.0  # RoPE base θ
-    norm_eps: float = 1e-6  # RMSNorm epsilon
-    tie_embeddings: bool = False  # share the embedding matrix with the output layer
-    rope_pairing: str = "half"  # "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
-    # one of ATTN_IMPLEMENTATIONS: "eager" = the readable reference, the only one that forms
-    # the weights (kept on request, record_weights); "sdpa" = PyTorch's fused kernel;
-    # "tiled" = key tiles with an online softmax (flash.py); all three give the same numbers
+    vocab_size: int = 64  #: V: number of token ids
+    d_model: int = 64  #: C: width of the residual stream
+    n_layers: int = 2  #: number of decoder blocks
+    n_heads: int = 4  #: H: query heads; head dim D = d_model // n_heads
+    n_kv_heads: int = 2  #: H_kv: key/value heads (= n_heads: MHA, 1: MQA, between: GQA)
+    d_ff: int = 172  #: hidden width of SwiGLU (about 8/3 * d_model)
+    max_seq_len: int = 128  #: longest sequence (prompt + generated); size of the KV cache
+    rope_theta: float = 10000.0  #: RoPE base θ
+    norm_eps: float = 1e-6  #: RMSNorm epsilon
+    tie_embeddings: bool = False  #: share the embedding matrix with the output layer
+    rope_pairing: str = "half"  #: "half" (GPT-NeoX/HF) or "interleaved" (RoFormer/Meta)
+    #: "eager" = the readable reference (the only entry that forms the weights);
+    #: "sdpa" = torch.nn.functional.scaled_dot_product_attention, fused, same numbers;
+    #: "tiled" = key tiles with an online softmax (see ATTENTION_FUNCTIONS)
     attn_implementation: str = "eager"
-    positions: str = "rope"  # one of POSITIONS; the rope_* fields matter only for "rope"
+    positions: str = "rope"  #: one of POSITIONS; the rope_* fields matter only for "rope"
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
@@ -93,11 +93,17 @@ class DecoderConfig:
 
     @property
     def head_dim(self) -> int:
+        """D, channels per head: ``d_model // n_heads``."""
         return self.d_model // self.n_heads
 
 
 class DecoderBlock(nn.Module):
-    """x = x + Attn(RMSNorm(x)); x = x + SwiGLU(RMSNorm(x))."""
+    """x = x + Attn(RMSNorm(x)); x = x + SwiGLU(RMSNorm(x)).
+
+    Args:
+        config: the model's sizes and choices.
+        layer_idx: the block's place in the model (its slot in a :class:`KVCache`).
+    """
 
     def __init__(self, config: DecoderConfig, layer_idx: int = 0):
         super().__init__()
@@ -112,13 +118,22 @@ class DecoderBlock(nn.Module):
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None,
                 cache: KVCache | None = None, *, causal: bool = True,
                 mask: Tensor | None = None) -> Tensor:
-        """x ``(B, T, C)`` -> ``(B, T, C)``; ``rope`` is ``(cos, sin)``, ``(T, D/2)`` each, or
-        None for a model whose positions are not rotations.
+        """Run the attention and the feed-forward sublayers.
 
-        ``cache``, ``causal`` (the T positions are the last of the keys and see no later
-        one) and an optional extra ``mask`` go to the attention
-        (:meth:`MultiHeadAttention.forward`); ``causal=False`` lets every position see
-        every other.
+        ``cache``, ``causal`` and ``mask`` go to the attention
+        (:meth:`~transformer_lib.attention.MultiHeadAttention.forward`).
+
+        Args:
+            x: ``(B, T, C)``.
+            rope: ``(cos, sin)``, ``(T, D/2)`` each, or None for a model whose positions are
+                not rotations.
+            cache: optional KV cache; the block writes its keys and values into its slot.
+            causal: the T positions are the last of the keys and see no later one; False lets
+                every position see every other.
+            mask: optional boolean mask broadcastable to ``(B, H, T, S)``; True = may attend.
+
+        Returns:
+            ``(B, T, C)``.
         """
         h = self.input_layernorm(x)
         x = x + self.self_attn(h, mask=mask, rope=rope, rope_pairing=self.rope_pairing,
@@ -144,7 +159,14 @@ def init_weights(module: nn.Module) -> None:
 
 
 class Decoder(nn.Module):
-    """Decoder-only language model returning logits for every position."""
+    """Decoder-only language model returning logits for every position.
+
+    Token embeddings, then ``config.n_layers`` :class:`DecoderBlock` s, a final RMSNorm and
+    ``lm_head`` (tied to the embeddings with ``config.tie_embeddings``).
+
+    Args:
+        config: the model's sizes and choices.
+    """
 
     def __init__(self, config: DecoderConfig):
         super().__init__()

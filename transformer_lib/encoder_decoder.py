@@ -40,7 +40,16 @@ def _sublayer(x: Tensor, norm: LayerNorm, dropout: nn.Dropout, sublayer: Callabl
 
 
 class EncoderLayer(nn.Module):
-    """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x)). Pre-norm: x = x + SelfAttn(LN(x)); ..."""
+    """x = LN(x + SelfAttn(x)); x = LN(x + FFN(x)). Pre-norm: x = x + SelfAttn(LN(x)); ...
+
+    Args:
+        d_model: C, the width of the input and the output.
+        n_heads: H, attention heads.
+        d_ff: the feed-forward network's hidden width.
+        dropout: dropout probability on sublayer outputs and attention weights in training.
+        eps: the LayerNorms' epsilon.
+        norm_first: pre-norm sublayers; False: the paper's post-norm.
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_eps: float = 1e-5, norm_first: bool = False):
@@ -53,6 +62,15 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Run the two sublayers.
+
+        Args:
+            x: ``(B, S, C)``.
+            mask: optional boolean mask broadcastable to ``(B, H, S, S)``; True = may attend.
+
+        Returns:
+            ``(B, S, C)``.
+        """
         x = _sublayer(x, self.norm1, self.dropout, lambda h: self.self_attn(h, mask=mask),
                       self.norm_first)
         x = _sublayer(x, self.norm2, self.dropout, self.feed_forward, self.norm_first)
@@ -61,7 +79,16 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
     """x = LN(x + CausalSelfAttn(x)); x = LN(x + CrossAttn(x, memory)); x = LN(x + FFN(x)).
-    Pre-norm: x = x + CausalSelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); ..."""
+    Pre-norm: x = x + CausalSelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); ...
+
+    Args:
+        d_model: C, the width of the input and the output.
+        n_heads: H, attention heads.
+        d_ff: the feed-forward network's hidden width.
+        dropout: dropout probability on sublayer outputs and attention weights in training.
+        eps: the LayerNorms' epsilon.
+        norm_first: pre-norm sublayers; False: the paper's post-norm.
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_eps: float = 1e-5, norm_first: bool = False):
@@ -77,6 +104,19 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
+        """Run the three sublayers.
+
+        Args:
+            x: the decoder's input ``(B, T, C)``.
+            memory: the encoder's output ``(B, S, C)``.
+            tgt_mask: optional boolean mask broadcastable to ``(B, H, T, T)`` (causal, and
+                target padding); True = may attend.
+            memory_mask: optional boolean mask broadcastable to ``(B, H, T, S)`` (source
+                padding).
+
+        Returns:
+            ``(B, T, C)``.
+        """
         x = _sublayer(x, self.norm1, self.dropout, lambda h: self.self_attn(h, mask=tgt_mask),
                       self.norm_first)
         x = _sublayer(x, self.norm2, self.dropout,
@@ -116,18 +156,18 @@ class EncoderDecoderConfig:
     Apart from the two vocabulary sizes, the defaults are the paper's base model.
     """
 
-    src_vocab_size: int  # source token ids 0 … src_vocab_size - 1
-    tgt_vocab_size: int  # V: target token ids, and the width of the logits
-    d_model: int = 512  # C: width of every layer's input and output
-    n_heads: int = 8  # H: attention heads; head dim D = d_model // n_heads
-    n_layers: int = 6  # encoder layers (and decoder layers unless n_decoder_layers is given)
-    n_decoder_layers: int | None = None  # decoder layers; None: as many as n_layers
-    d_ff: int = 2048  # hidden width of the ReLU feed-forward network
-    dropout: float = 0.1  # on embeddings + positions, sublayer outputs and attention weights
-    max_seq_len: int = 512  # longest source or target sequence (rows of the sinusoid table)
-    norm_eps: float = 1e-5  # LayerNorm epsilon
-    final_norm: bool = False  # a LayerNorm after each stack, as torch.nn.Transformer adds
-    norm_first: bool = False  # pre-norm sublayers x + f(LN(x)); False: the paper's post-norm
+    src_vocab_size: int  #: source token ids 0 … src_vocab_size - 1
+    tgt_vocab_size: int  #: V: target token ids, and the width of the logits
+    d_model: int = 512  #: C: width of every layer's input and output
+    n_heads: int = 8  #: H: attention heads; head dim D = d_model // n_heads
+    n_layers: int = 6  #: encoder layers (and decoder layers unless n_decoder_layers is given)
+    n_decoder_layers: int | None = None  #: decoder layers; None: as many as n_layers
+    d_ff: int = 2048  #: hidden width of the ReLU feed-forward network
+    dropout: float = 0.1  #: on embeddings + positions, sublayer outputs and attention weights
+    max_seq_len: int = 512  #: longest source or target sequence (rows of the sinusoid table)
+    norm_eps: float = 1e-5  #: LayerNorm epsilon
+    final_norm: bool = False  #: a LayerNorm after each stack, as torch.nn.Transformer adds
+    norm_first: bool = False  #: pre-norm sublayers x + f(LN(x)); False: the paper's post-norm
 
     def __post_init__(self):
         if self.n_decoder_layers is None:
@@ -154,6 +194,9 @@ class EncoderDecoder(nn.Module):
     pre-norm model (``config.norm_first=True``) needs it: its layers end in a residual sum.
     The last layer, ``lm_head``, maps the decoder's output to logits over the target
     vocabulary (the paper's "learned linear transformation" before the softmax).
+
+    Args:
+        config: the model's sizes and choices.
     """
 
     def __init__(self, config: EncoderDecoderConfig):
@@ -188,15 +231,33 @@ class EncoderDecoder(nn.Module):
         return self.dropout(x + self.pos_encoding[:T])  # (B, T, C)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """src ``(B, S)`` ids -> memory ``(B, S, C)``; ``src_mask`` e.g. from
-        :func:`padding_mask`."""
+        """Encode the source.
+
+        Args:
+            src: source token ids ``(B, S)``.
+            src_mask: optional boolean key mask broadcastable to ``(B, H, S, S)``, e.g.
+                ``(B, 1, 1, S)`` from :func:`padding_mask`; True = may attend.
+
+        Returns:
+            memory ``(B, S, C)``.
+        """
         return self.encoder(self._embed(src, self.src_embed, "src"), src_mask)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None) -> Tensor:
-        """tgt ``(B, T)`` ids, memory ``(B, S, C)`` -> logits ``(B, T, V_tgt)``.
+        """Decode the target against the memory.
 
-        ``tgt_mask`` defaults to the causal mask; ``src_mask`` hides padded source positions."""
+        Args:
+            tgt: target token ids ``(B, T)``.
+            memory: the encoder's output ``(B, S, C)``.
+            src_mask: optional boolean mask broadcastable to ``(B, H, T, S)`` hiding padded
+                source positions, e.g. ``(B, 1, 1, S)``.
+            tgt_mask: optional boolean mask broadcastable to ``(B, H, T, T)``; None means
+                the causal mask :func:`~transformer_lib.attention.causal_mask` ``(T, T)``.
+
+        Returns:
+            logits ``(B, T, V)`` over the target vocabulary.
+        """
         x = self._embed(tgt, self.tgt_embed, "tgt")
         if tgt_mask is None:
             tgt_mask = causal_mask(tgt.shape[1], device=tgt.device)  # (T, T)
@@ -204,17 +265,35 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: src ``(B, S)``, tgt ``(B, T)`` (shifted right) -> logits
-        ``(B, T, V_tgt)``."""
+        """Teacher forcing: every target position predicts the next one in one pass.
+
+        Args:
+            src: source token ids ``(B, S)``.
+            tgt: target token ids ``(B, T)``, shifted right (beginning with the BOS id).
+            src_mask: as in :meth:`decode`.
+            tgt_mask: as in :meth:`decode`.
+
+        Returns:
+            logits ``(B, T, V)``.
+        """
         return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, max_new_tokens: int, bos_id: int,
                       src_mask: Tensor | None = None) -> Tensor:
-        """Generate ``max_new_tokens`` tokens after ``bos_id``; returns ``(B, 1 + max_new_tokens)``.
+        """Generate ``max_new_tokens`` tokens after ``bos_id``, each the most likely one.
 
         The source is encoded once; every step re-runs the decoder on the tokens so far and
         appends the most likely next token. Call ``model.eval()`` first to turn dropout off.
+
+        Args:
+            src: source token ids ``(B, S)``.
+            max_new_tokens: tokens to generate; ``1 + max_new_tokens <= max_seq_len``.
+            bos_id: the token every output starts with.
+            src_mask: optional key mask for the source, e.g. ``(B, 1, 1, S)``.
+
+        Returns:
+            token ids ``(B, 1 + max_new_tokens)``, ``bos_id`` first.
         """
         if not 0 <= bos_id < self.tgt_vocab_size:
             raise ValueError(f"bos_id must be in [0, {self.tgt_vocab_size - 1}], got {bos_id}")
@@ -234,7 +313,15 @@ class EncoderDecoder(nn.Module):
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Key mask hiding padding: ``(B, S)`` ids -> ``(B, 1, 1, S)`` boolean, True = real token."""
+    """Key mask hiding padding.
+
+    Args:
+        tokens: token ids ``(B, S)``.
+        pad_id: the padding token.
+
+    Returns:
+        ``(B, 1, 1, S)`` boolean, True = a real token (may be attended).
+    """
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
@@ -246,6 +333,13 @@ def noam_lambda(d_model: int, warmup: int) -> Callable[[int], float]:
 
     LambdaLR *multiplies* the optimizer's base lr by this value: build the optimizer with
     ``lr=1.0`` (or a scale factor). With ``lr=0`` the learning rate stays 0 forever.
+
+    Args:
+        d_model: C, the model width.
+        warmup: the step of the peak.
+
+    Returns:
+        ``lr_lambda(step) -> float``, the multiplier at each step.
     """
     check_int("d_model", d_model)
     check_int("warmup", warmup)
@@ -263,6 +357,10 @@ class LabelSmoothingLoss(nn.Module):
     This is the formulation of ``F.cross_entropy(..., label_smoothing=ε)``; the 2017 model
     used ε = 0.1. Positions whose target is ``ignore_index`` (e.g. padding) are left out of
     the mean.
+
+    Args:
+        smoothing: ε, in [0, 1).
+        ignore_index: the target id left out of the loss.
     """
 
     def __init__(self, smoothing: float = 0.1, ignore_index: int = -100):
@@ -273,7 +371,15 @@ class LabelSmoothingLoss(nn.Module):
         self.ignore_index = ignore_index
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
-        """logits ``(N, V)`` or ``(B, T, V)``; target ``(N,)`` or ``(B, T)`` ids -> scalar loss."""
+        """The mean smoothed cross-entropy over the positions not ignored.
+
+        Args:
+            logits: ``(N, V)`` or ``(B, T, V)``.
+            target: token ids ``(N,)`` or ``(B, T)``, the shape of ``logits`` without ``V``.
+
+        Returns:
+            the loss, a scalar ``()`` in fp32.
+        """
         V = logits.shape[-1]
         if logits.shape[:-1] != target.shape:
             raise ValueError(

@@ -17,6 +17,12 @@ class FeedForward(nn.Module):
 
     ``bias=False`` drops b_1 and b_2, for a comparison with the bias-free SwiGLU at the same
     number of parameters (2·C·d_ff against 3·C·d_ff: widths in the ratio 3 : 2).
+
+    Args:
+        d_model: C, the width of the input and the output.
+        d_ff: the hidden width.
+        dropout: dropout probability on the hidden activations in training.
+        bias: whether the two linear layers have biases.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True):
@@ -28,7 +34,14 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x ``(..., C)`` -> ``(..., C)``."""
+        """Apply the network to every position.
+
+        Args:
+            x: ``(..., C)``.
+
+        Returns:
+            ``(..., C)``.
+        """
         return self.w_2(self.dropout(F.relu(self.w_1(x))))
 
 
@@ -37,6 +50,10 @@ class SwiGLU(nn.Module):
 
     Three matrices, about 3·C·d_ff parameters; with d_ff = 8/3·C this matches the
     two-matrix FFN of width 4·C.
+
+    Args:
+        d_model: C, the width of the input and the output.
+        d_ff: the hidden width.
     """
 
     def __init__(self, d_model: int, d_ff: int):
@@ -47,5 +64,12 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x ``(..., C)`` -> ``(..., C)``."""
+        """Apply the network to every position.
+
+        Args:
+            x: ``(..., C)``.
+
+        Returns:
+            ``(..., C)``.
+        """
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -60,16 +60,16 @@ except ImportError:  # Windows: no getrusage
 __all__ = ["PeakMemory", "peak_memory_rise", "attention_peak_memory", "current_rss_bytes",
            "peak_rss_bytes", "touch_bytes", "attention_job", "ATTENTION_METHODS"]
 
-ATTENTION_METHODS = ("naive", "tiled", "sdpa")  # see attention_job
+ATTENTION_METHODS = ("naive", "tiled", "sdpa")  #: see attention_job
 
 
 @dataclass(frozen=True)
 class PeakMemory:
     """One measurement: the rise of the peak RSS during the call, and how long the call took."""
 
-    rise: int  # bytes: the process's peak RSS after the call minus its RSS just before it
-    seconds: float  # wall-clock time of the call (not of the preparation)
-    before: int  # bytes: the process's RSS just before the call (inputs included)
+    rise: int  #: bytes: the process's peak RSS after the call minus its RSS just before it
+    seconds: float  #: wall-clock time of the call (not of the preparation)
+    before: int  #: bytes: the process's RSS just before the call (inputs included)
 
 
 # Reading the process's memory -----------------------------------------------------------------
@@ -100,7 +100,14 @@ def touch_bytes(n_bytes: int) -> Callable[[], Any]:
     """A job that writes ``n_bytes`` of fresh memory: its rise should be ``n_bytes``.
 
     The returned function allocates a buffer of ``n_bytes`` bytes, writes every page of it,
-    and returns it (so it is alive when the peak is read)."""
+    and returns it (so it is alive when the peak is read).
+
+    Args:
+        n_bytes: the size of the buffer.
+
+    Returns:
+        The job, a function of no arguments.
+    """
     def run() -> bytearray:
         buffer = bytearray(n_bytes)  # zero pages: mapped, not yet resident
         buffer[::4096] = b"\x01" * len(range(0, n_bytes, 4096))  # one write per page
@@ -121,8 +128,13 @@ def attention_job(method: str, length: int, *, head_dim: int = 64, batch: int = 
             online softmax); ``"sdpa"``, PyTorch's fused
             ``torch.nn.functional.scaled_dot_product_attention``.
         length: T = S, the number of queries and of keys.
+        head_dim: D.
+        batch: B.
+        heads: H.
         causal: a causal mask (top-left and bottom-right agree when T = S).
+        block_size: keys per tile of ``"tiled"``.
         dtype: the name of a torch dtype, e.g. ``"float32"``.
+        seed: seeds q, k and v.
 
     Returns:
         The call to measure, with the inputs already created and one small call made (the

@@ -19,6 +19,10 @@ class LayerNorm(nn.Module):
 
     ``var`` is the biased variance (divide by C), as in ``torch.nn.LayerNorm``. Computed in
     at least fp32 (fp64 stays fp64) and cast back to the input dtype.
+
+    Args:
+        d: C, the size of the normalised (last) dimension.
+        eps: added to the variance.
     """
 
     def __init__(self, d: int, eps: float = 1e-5):
@@ -29,7 +33,14 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x ``(..., C)`` -> ``(..., C)``."""
+        """Apply the normalisation to every position.
+
+        Args:
+            x: ``(..., C)``.
+
+        Returns:
+            ``(..., C)``.
+        """
         h = x.to(compute_dtype(x.dtype))  # fp16/bf16 -> fp32; fp32 and fp64 stay
         mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (h - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
@@ -42,6 +53,10 @@ class RMSNorm(nn.Module):
 
     The mean square is computed in at least fp32 (fp64 stays fp64) and the result cast
     back to the input dtype. Note that mean(x²) is not the variance unless the mean is 0.
+
+    Args:
+        d: C, the size of the normalised (last) dimension.
+        eps: added to the mean square.
     """
 
     def __init__(self, d: int, eps: float = 1e-6):
@@ -51,7 +66,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x ``(..., C)`` -> ``(..., C)``."""
+        """Apply the normalisation to every position.
+
+        Args:
+            x: ``(..., C)``.
+
+        Returns:
+            ``(..., C)``.
+        """
         h = x.to(compute_dtype(x.dtype))  # fp16/bf16 -> fp32; fp32 and fp64 stay
         mean_square = h.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         h = h * torch.rsqrt(mean_square + self.eps)

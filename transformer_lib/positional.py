@@ -1,8 +1,10 @@
 """Positional information: sinusoidal encodings (2017) and rotary embeddings (RoPE).
 
 RoPE comes in two channel pairings that differ by a permutation of channels:
-    "half"        channel i pairs with i + D/2 (GPT-NeoX, Hugging Face Llama);
-    "interleaved" channel 2i pairs with 2i + 1 (RoFormer paper, Meta's original Llama).
+
+- ``"half"``: channel i pairs with i + D/2 (GPT-NeoX, Hugging Face Llama);
+- ``"interleaved"``: channel 2i pairs with 2i + 1 (RoFormer paper, Meta's original Llama).
+
 The same cos/sin tables serve both. A model trained with one pairing computes the same
 function as a model with the other pairing whose W_Q and W_K rows are permuted
 (:func:`interleaved_to_half`, :func:`half_to_interleaved`).
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-PAIRINGS = ("half", "interleaved")
+PAIRINGS = ("half", "interleaved")  #: how RoPE pairs channels: (i, i + D/2) or (2i, 2i + 1)
 
 
 def sinusoidal_encoding(T: int, d: int) -> Tensor:
@@ -48,6 +50,14 @@ def rope_cos_sin(
 
     θ_i = theta^(-2i / head_dim) for channel pair i = 0 … head_dim/2 - 1
     (:func:`rope_frequencies`). Angles are computed in fp64 and cast to ``dtype``.
+
+    Args:
+        T: number of positions.
+        head_dim: channels per head D, even.
+        theta: the RoPE base, > 1.
+        offset: the first position (the cached length when decoding).
+        device: where the tables are made.
+        dtype: the tables' dtype.
 
     Returns:
         ``(cos, sin)``, each ``(T, head_dim // 2)``.
@@ -113,12 +123,23 @@ def interleaved_to_half(w: Tensor, n_heads: int) -> Tensor:
     Args:
         w: ``(n_heads * D, C)`` weight (or a ``(n_heads * D,)`` bias).
         n_heads: number of heads the rows are grouped into (KV heads for ``k_proj``).
+
+    Returns:
+        The permuted weight, the shape of ``w``.
     """
     return _permute_rows(w, n_heads, (0, 1))
 
 
 def half_to_interleaved(w: Tensor, n_heads: int) -> Tensor:
-    """Inverse of :func:`interleaved_to_half`."""
+    """Inverse of :func:`interleaved_to_half`: rows from split-half back to interleaved RoPE.
+
+    Args:
+        w: ``(n_heads * D, C)`` weight (or a ``(n_heads * D,)`` bias).
+        n_heads: number of heads the rows are grouped into (KV heads for ``k_proj``).
+
+    Returns:
+        The permuted weight, the shape of ``w``.
+    """
     return _permute_rows(w, n_heads, (1, 0))
 
 

@@ -140,13 +140,29 @@ def recall(keys: Tensor, values: Tensor, method: str, *, scale: float = 30.0,
 
 def retrieval_error(outputs: Tensor, values: Tensor) -> float:
     """The mean distance ‖o − v‖ between what was read and what was stored (values of unit
-    length: 0 is perfect recall, 1 is as far as returning nothing)."""
+    length: 0 is perfect recall, 1 is as far as returning nothing).
+
+    Args:
+        outputs: what each query read, ``(B, N, D)``.
+        values: the stored values ``(B, N, D)``, in the order of the queries.
+
+    Returns:
+        The mean distance over the batch and the queries.
+    """
     return (outputs - values).norm(dim=-1).mean().item()
 
 
 def recall_accuracy(outputs: Tensor, values: Tensor) -> float:
     """The fraction of queries whose output is closest (largest dot product) to the right one
-    of the N stored values."""
+    of the N stored values.
+
+    Args:
+        outputs: what each query read, ``(B, N, D)``.
+        values: the stored values ``(B, N, D)``, in the order of the queries.
+
+    Returns:
+        The fraction in [0, 1].
+    """
     scores = outputs @ values.transpose(-2, -1)  # (B, N, N): each output against each value
     right = torch.arange(values.shape[1], device=values.device)
     return (scores.argmax(dim=-1) == right).double().mean().item()
@@ -262,7 +278,7 @@ def recall_age_sweep(n_pairs: Sequence[int], d_key: int = 32, d_value: int = 32,
 
 # ---- sharing key/value heads: what grouped-query attention can no longer carry ------------
 
-KV_HEADS_RECALL_FILE = "kv_heads_recall.json"  # bench/kv_heads_recall.py
+KV_HEADS_RECALL_FILE = "kv_heads_recall.json"  #: bench/kv_heads_recall.py
 
 
 def attribute_recall_data(batch: int, n_items: int, d_key: int, n_attributes: int,

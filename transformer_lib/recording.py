@@ -30,6 +30,12 @@ def record_weights(module: nn.Module) -> Iterator[nn.Module]:
             model(tokens)
         weights = model.layers[0].self_attn.last_weights  # (B, H, T, S)
 
+    Args:
+        module: a model or a layer.
+
+    Yields:
+        ``module`` itself.
+
     Raises:
         ValueError: ``module`` has no such layer.
     """

@@ -12,9 +12,17 @@ __all__ = ["data_file", "load_json"]
 
 
 def data_file(name: str) -> Traversable:
-    """The bundled file ``transformer_lib/data/<name>`` (an importlib Traversable).
+    """The bundled file ``transformer_lib/data/<name>``.
 
-    Raises ``ValueError`` naming the files there if ``name`` is not one of them."""
+    Args:
+        name: the file's name in ``transformer_lib/data/``.
+
+    Returns:
+        The file, an importlib ``Traversable`` (``read_text``, ``read_bytes``, ``open``).
+
+    Raises:
+        ValueError: ``name`` is not a bundled file (the message names those there).
+    """
     folder = resources.files("transformer_lib").joinpath("data")
     path = folder.joinpath(name)
     if not path.is_file():
@@ -24,5 +32,12 @@ def data_file(name: str) -> Traversable:
 
 
 def load_json(name: str) -> Any:
-    """The bundled JSON file ``transformer_lib/data/<name>``, parsed."""
+    """The bundled JSON file ``transformer_lib/data/<name>``, parsed.
+
+    Args:
+        name: the file's name in ``transformer_lib/data/``.
+
+    Returns:
+        The parsed JSON (dicts, lists, numbers, strings).
+    """
     return json.loads(data_file(name).read_text(encoding="utf-8"))

@@ -31,9 +31,14 @@ __all__ = ["check_sampling", "next_token_probs", "sample_next_token"]
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None,
                    vocab_size: int) -> None:
-    """Raise a ValueError naming the argument and its value unless ``temperature`` is a
-    finite number >= 0, ``top_k`` is None or an int in ``[1, vocab_size]`` and ``top_p``
-    is None or a number in ``(0, 1]``."""
+    """Raise a ValueError naming the argument and its value unless the sampling rule is valid.
+
+    Args:
+        temperature: a finite number >= 0 (0 means greedy).
+        top_k: None or an int in ``[1, vocab_size]``.
+        top_p: None or a number in ``(0, 1]``.
+        vocab_size: V, the number of tokens to choose from.
+    """
     check_float("temperature", temperature, low=0.0)
     if top_k is not None:
         check_int("top_k", top_k, low=1, high=vocab_size)

@@ -18,9 +18,9 @@ from transformer_lib.encoder_decoder import EncoderDecoderConfig, noam_lambda
 from transformer_lib.resources import load_json
 from transformer_lib.tasks import SCHEDULES, evaluate_reversal, reversal_config, train_reversal
 
-NORM_PLACEMENTS = ("post", "pre")  # post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
-STABILITY_FILE = "stability_ablation.json"  # the precomputed sweep, in transformer_lib/data/
-LOWER_RATE_FILE = "stability_lower_rate.json"  # 4 layers at lr_scale 0.1 (a quarter the peak)
+NORM_PLACEMENTS = ("post", "pre")  #: post-norm LN(x + f(x)), the 2017 paper; pre-norm x + f(LN(x))
+STABILITY_FILE = "stability_ablation.json"  #: the precomputed sweep, in transformer_lib/data/
+LOWER_RATE_FILE = "stability_lower_rate.json"  #: 4 layers at lr_scale 0.1 (a quarter the peak)
 
 
 def parameter_defaults(function: Callable) -> dict[str, Any]:
@@ -155,13 +155,22 @@ def load_stability_ablation(file: str = STABILITY_FILE) -> dict:
 
 # ---- Reading a sweep: the tables chapter 4 prints ------------------------------------------
 
-SOLVED_AT = 0.95  # a run "solved" the task when this share of fresh sequences is exactly right
+SOLVED_AT = 0.95  #: a run "solved" the task when this share of fresh sequences is exactly right
 _SCHEDULE_WORDS = {"noam": "warmup", "no-warmup": "no warmup"}
 
 
 def run_label(norm: str, schedule: str, *, short: bool = False) -> str:
     """A setting in words: ``run_label("post", "noam")`` is ``"post-norm, warmup"``
-    (``"post, warmup"`` with ``short=True``)."""
+    (``"post, warmup"`` with ``short=True``).
+
+    Args:
+        norm: ``"post"`` or ``"pre"``.
+        schedule: ``"noam"`` or ``"no-warmup"``.
+        short: leave "-norm" out.
+
+    Returns:
+        The label.
+    """
     if norm not in NORM_PLACEMENTS or schedule not in _SCHEDULE_WORDS:
         raise ValueError(f"norm must be one of {NORM_PLACEMENTS} and schedule one of "
                          f"{tuple(_SCHEDULE_WORDS)}, got {norm!r} and {schedule!r}")

@@ -26,12 +26,18 @@ from transformer_lib.encoder_decoder import (
 from transformer_lib.recording import eval_mode, record_weights
 from transformer_lib.validation import check_overrides
 
-BOS = 0
+BOS = 0  #: the begin-of-sequence token that starts every decoder input
 
 
 def reversal_batch(batch_size: int, seq_len: int, vocab_size: int,
                    generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """A batch of the reversal task.
+
+    Args:
+        batch_size: B.
+        seq_len: the length of every sequence.
+        vocab_size: BOS (id 0) plus the symbols ``1 … vocab_size - 1``.
+        generator: the random source (None: PyTorch's global one).
 
     Returns:
         ``(src, tgt_in, tgt_out)``, each ``(B, seq_len)``: the source symbols, the decoder
@@ -57,6 +63,14 @@ def reversal_config(n_symbols: int = 10, **overrides) -> EncoderDecoderConfig:
 
     ``max_seq_len`` is 64: room for sequences much longer than the 8 tokens of training, so that
     evaluating on other lengths is possible (and fails, as chapter 2 shows).
+
+    Args:
+        n_symbols: the symbols besides BOS.
+        **overrides: fields of :class:`~transformer_lib.encoder_decoder.EncoderDecoderConfig`
+            to set instead of the defaults.
+
+    Returns:
+        The config.
     """
     if n_symbols < 1:
         raise ValueError(f"n_symbols must be positive, got {n_symbols}")
@@ -67,15 +81,23 @@ def reversal_config(n_symbols: int = 10, **overrides) -> EncoderDecoderConfig:
     return EncoderDecoderConfig(**fields)
 
 
-SCHEDULES = ("noam", "no-warmup")  # the learning-rate schedules train_reversal knows
+SCHEDULES = ("noam", "no-warmup")  #: the learning-rate schedules train_reversal knows
 
 
 def no_warmup_lambda(d_model: int, warmup: int) -> Callable[[int], float]:
     """The Noam schedule without its warm-up, as a multiplier for ``LambdaLR``: the peak rate
     d_model^-0.5 · warmup^-0.5 from the first step, then the same 1/√t decay after ``warmup``.
 
-    lr(t) = d_model^-0.5 · max(t, warmup)^-0.5: equal to :func:`noam_lambda` for t ≥ warmup,
-    and flat at its peak before, so a run with it differs from a Noam run only by the rise.
+    lr(t) = d_model^-0.5 · max(t, warmup)^-0.5: equal to
+    :func:`~transformer_lib.encoder_decoder.noam_lambda` for t ≥ warmup, and flat at its peak
+    before, so a run with it differs from a Noam run only by the rise.
+
+    Args:
+        d_model: C, the model width.
+        warmup: the step where the decay starts.
+
+    Returns:
+        ``lr_lambda(step) -> float``, the multiplier at each step.
     """
     if d_model < 1 or warmup < 1:
         raise ValueError(f"d_model ({d_model}) and warmup ({warmup}) must be positive")
@@ -100,6 +122,13 @@ def train_reversal(config: EncoderDecoderConfig | None = None, *, seq_len: int =
     Args:
         config: the model; None means :func:`reversal_config` ``()``. Source and target share
             one vocabulary: BOS + symbols.
+        seq_len: the length of the training sequences.
+        steps: optimizer updates.
+        batch_size: sequences per update, fresh every step.
+        warmup: the schedule's ``warmup`` step.
+        lr_scale: the optimizer's base learning rate, which the schedule multiplies.
+        smoothing: label smoothing ε of the loss.
+        seed: seeds the model's initialisation and the batches.
         schedule: ``"noam"``, :func:`~transformer_lib.encoder_decoder.noam_lambda` (linear
             rise to the peak at step ``warmup``, then 1/√t); or ``"no-warmup"``,
             :func:`no_warmup_lambda` (that peak rate from the first step, the same decay
@@ -170,8 +199,12 @@ def _fresh_sources(model: EncoderDecoder, n: int, seq_len: int, seed: int) -> tu
 
 @torch.no_grad()
 def decode_with_cross_attention(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
-    """Greedy-decode ``src`` ``(B, S)`` into ``S`` tokens, in eval mode, and return the
+    """Greedy-decode ``src`` into ``S`` tokens, in eval mode, and return the
     cross-attention of every decoding step.
+
+    Args:
+        model: a reversal model.
+        src: source token ids ``(B, S)``.
 
     Returns:
         ``(out, weights)``: ``out`` ``(B, 1 + S)``, BOS then the decoded tokens; ``weights``
@@ -214,9 +247,15 @@ def evaluate_reversal(model: EncoderDecoder, n: int = 1000, seq_len: int = 8,
                       seed: int = 12345) -> dict[str, float]:
     """Greedy-decode ``n`` fresh random sequences and compare with their reversal.
 
+    Args:
+        model: a reversal model.
+        n: sequences to decode.
+        seq_len: their length.
+        seed: seeds the sequences (the global random state is left alone).
+
     Returns:
-        ``{"exact_match": fraction of sequences entirely right,
-        "token_accuracy": fraction of tokens right}``.
+        A dict: ``"exact_match"``, the fraction of sequences entirely right, and
+        ``"token_accuracy"``, the fraction of tokens right.
     """
     _check_lengths(model, n, seq_len)
     src, target = _fresh_sources(model, n, seq_len, seed)
@@ -234,6 +273,12 @@ def cross_attention_alignment(model: EncoderDecoder, n: int = 200, seq_len: int 
     """How often each cross-attention head looks at the mirrored source position while the
     model greedy-decodes ``n`` fresh random sequences (:func:`mirror_alignment` of the
     weights of :func:`decode_with_cross_attention`).
+
+    Args:
+        model: a reversal model.
+        n: sequences to decode.
+        seq_len: their length.
+        seed: seeds the sequences.
 
     Returns:
         ``(n_layers, n_heads)`` tensor of fractions in [0, 1].

@@ -3,7 +3,7 @@ for next-token training, a small training loop (with SwiGLU or a ReLU FFN, RMSNo
 LayerNorm, for chapter 6's comparison), and the checkpoint trained on it.
 
 The text and the saved results ship inside the library (``transformer_lib/data/``, read with
-:mod:`importlib.resources`), so a notebook finds them wherever the library is installed,
+``importlib.resources``), so a notebook finds them wherever the library is installed,
 Colab included; ``transformer_lib/data/README.md`` gives their source and licence.
 
 Like :mod:`transformer_lib.tasks`, nothing here touches the global random state: batches
@@ -31,9 +31,9 @@ from transformer_lib.validation import check_overrides
 TEXT_FILE = "shakespeare.txt"  # the bundled text: three plays, about 330 KB of ASCII
 CHECKPOINT_FILE = "tiny_lm.pt"  # the model trained on it by bench/train_text_model.py
 SWEEP_FILE = "kv_heads_sweep.json"  # MHA / GQA / MQA at one budget, several seeds
-FFN_NORM_FILE = "ffn_norm_ablation.json"  # SwiGLU/ReLU x RMSNorm/LayerNorm, several seeds
-FFNS = ("swiglu", "relu")  # the feed-forward network of every block
-NORM_KINDS = ("rms", "layer")  # the norms of every block and the final one
+FFN_NORM_FILE = "ffn_norm_ablation.json"  #: SwiGLU/ReLU x RMSNorm/LayerNorm, several seeds
+FFNS = ("swiglu", "relu")  #: the feed-forward network of every block
+NORM_KINDS = ("rms", "layer")  #: the norms of every block and the final one
 CHECKPOINT_FORMAT = 1  # bumped when the layout of a saved checkpoint changes
 
 __all__ = [
@@ -48,7 +48,14 @@ __all__ = [
 
 
 def load_text(name: str = TEXT_FILE) -> str:
-    """The bundled text ``name`` (by default three of Shakespeare's plays), as one string."""
+    """The bundled text ``name`` (by default three of Shakespeare's plays), as one string.
+
+    Args:
+        name: a text file in ``transformer_lib/data/``.
+
+    Returns:
+        The whole text.
+    """
     return data_file(name).read_text(encoding="utf-8")
 
 
@@ -60,6 +67,9 @@ class CharTokenizer:
 
     Every character is one token, so ``decode(encode(s)) == s`` for any string made of
     known characters; an unknown character raises a ``ValueError`` that names it.
+
+    Args:
+        chars: the vocabulary, each character once, in id order.
     """
 
     def __init__(self, chars: str):
@@ -76,17 +86,32 @@ class CharTokenizer:
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
-        """The tokenizer whose vocabulary is the sorted set of characters of ``text``."""
+        """The tokenizer whose vocabulary is the sorted set of characters of ``text``.
+
+        Args:
+            text: a non-empty string.
+
+        Returns:
+            The tokenizer.
+        """
         if not isinstance(text, str) or not text:
             raise ValueError("text must be a non-empty string")
         return cls("".join(sorted(set(text))))
 
     @property
     def vocab_size(self) -> int:
+        """V, the number of characters."""
         return len(self.chars)
 
     def encode(self, text: str) -> Tensor:
-        """``text`` -> ``(T,)`` LongTensor of ids."""
+        """Turn a string into token ids, one per character.
+
+        Args:
+            text: a string of known characters.
+
+        Returns:
+            ``(T,)`` LongTensor of ids, ``T = len(text)``.
+        """
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}")
         if not text:
@@ -104,7 +129,14 @@ class CharTokenizer:
         return ids
 
     def decode(self, ids: Tensor | Sequence[int]) -> str:
-        """``(T,)`` ids (a tensor or a list of ints) -> the string they spell."""
+        """Turn token ids back into the string they spell.
+
+        Args:
+            ids: one sequence of ids ``(T,)``, a tensor or a list of ints.
+
+        Returns:
+            The string, ``T`` characters.
+        """
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         if any(isinstance(i, list) for i in ids):
             raise ValueError("decode takes one sequence of ids (T,), not a batch")
@@ -128,8 +160,16 @@ def _check_ids(ids: Any, name: str = "ids") -> None:
 
 
 def split_ids(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
-    """Cut ``(N,)`` ids into a training part (the first ``1 - val_fraction``) and a
-    validation part (the rest): contiguous, so no window of one overlaps the other."""
+    """Cut ids into a training part (the first ``1 - val_fraction``) and a validation part
+    (the rest): contiguous, so no window of one overlaps the other.
+
+    Args:
+        ids: token ids ``(N,)``.
+        val_fraction: the share of the validation part, in (0, 1).
+
+    Returns:
+        ``(train, val)``: ``(N - n_val,)`` and ``(n_val,)``.
+    """
     _check_ids(ids)
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
@@ -176,8 +216,16 @@ def next_token_batch(ids: Tensor, batch_size: int, seq_len: int,
 def text_config(vocab_size: int, **overrides) -> DecoderConfig:
     """The small decoder the chapter trains on the bundled text: ``d_model`` 64, 2 layers,
     4 query heads sharing 2 key/value heads, SwiGLU width 172 (about 8/3 · 64), room for
-    256 positions, tied embeddings. ``overrides`` replace any field of
-    :class:`~transformer_lib.decoder.DecoderConfig`."""
+    256 positions, tied embeddings.
+
+    Args:
+        vocab_size: V, the tokenizer's.
+        **overrides: fields of :class:`~transformer_lib.decoder.DecoderConfig` to set
+            instead of the defaults.
+
+    Returns:
+        The config.
+    """
     fields = dict(vocab_size=vocab_size, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                   d_ff=172, max_seq_len=256, tie_embeddings=True)
     check_overrides(DecoderConfig, overrides)
@@ -231,8 +279,18 @@ def train_text_model(config: DecoderConfig, train_ids: Tensor, *, steps: int = 3
     Args:
         config: the model; its ``vocab_size`` must exceed every id.
         train_ids: ``(N,)`` LongTensor, the training text as ids.
+        steps: optimizer updates.
+        batch_size: windows per update, B.
+        seq_len: tokens per window, T.
+        lr: the peak learning rate.
+        warmup: steps of the linear warm-up.
+        min_lr: the learning rate at the last step; None means ``lr / 10``.
+        weight_decay: AdamW's weight decay.
+        grad_clip: the largest norm of the whole gradient.
+        seed: seeds the initial weights and the windows.
         val_ids: optional ``(M,)`` ids; with ``eval_every > 0`` the validation loss
             (:func:`evaluate_loss`) is recorded every ``eval_every`` steps and at the end.
+        eval_every: steps between validation losses (0: none).
         device: where the model trains (None: the CPU).
         ffn: ``"swiglu"`` (the Decoder's), or ``"relu"``: a bias-free 2017 FFN of width
             ``3 * d_ff // 2``, the same number of parameters.
@@ -315,6 +373,16 @@ def evaluate_loss(model: Decoder, ids: Tensor, seq_len: int = 64, batch_size: in
     overlap by one (the last token of a window is the first input of the next), at most
     ``max_windows`` of them, and every position of every window is scored. The model is
     left in eval mode.
+
+    Args:
+        model: the decoder.
+        ids: token ids ``(N,)``.
+        seq_len: T, the positions of a window.
+        batch_size: windows per forward pass.
+        max_windows: the most windows scored (None: all).
+
+    Returns:
+        The mean loss in nats per token.
     """
     _check_ids(ids)
     if seq_len < 1 or batch_size < 1:
@@ -346,7 +414,21 @@ def generate_text(model: Decoder, tokenizer: CharTokenizer, prompt: str, max_new
     """``prompt`` followed by ``max_new_tokens`` characters from ``model``: greedy when
     ``temperature`` is 0, else sampled (restricted by ``top_k`` and ``top_p`` if given, as in
     :func:`~transformer_lib.sampling.sample_next_token`) with a generator seeded by ``seed``
-    on the model's device (the same seed draws different characters on a CPU and a GPU)."""
+    on the model's device (the same seed draws different characters on a CPU and a GPU).
+
+    Args:
+        model: the decoder.
+        tokenizer: its tokenizer.
+        prompt: at least one known character.
+        max_new_tokens: characters to add.
+        temperature: 0 for greedy decoding, else the sampling temperature.
+        top_k: keep only the ``top_k`` most likely characters (None: all).
+        seed: seeds the sampling generator.
+        top_p: keep the most likely characters whose probabilities add up to ``top_p``.
+
+    Returns:
+        ``prompt`` and the generated characters.
+    """
     if not prompt:
         raise ValueError("the prompt must hold at least one character")
     device = model.embed_tokens.weight.device
@@ -363,7 +445,14 @@ def generate_text(model: Decoder, tokenizer: CharTokenizer, prompt: str, max_new
 def save_text_model(path: str | os.PathLike, model: Decoder, tokenizer: CharTokenizer,
                     **info: Any) -> None:
     """Save ``model`` (fp32 weights and its config), ``tokenizer``'s characters and ``info``
-    (plain numbers, strings, lists and dicts: how it was trained, its losses) to ``path``."""
+    (plain numbers, strings, lists and dicts: how it was trained, its losses) to ``path``.
+
+    Args:
+        path: the file to write.
+        model: the decoder.
+        tokenizer: its tokenizer (the same ``vocab_size``).
+        **info: what to store beside the weights.
+    """
     if model.config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"the model's vocab_size ({model.config.vocab_size}) differs from the "
                          f"tokenizer's ({tokenizer.vocab_size})")
@@ -378,6 +467,9 @@ def load_text_model(path: str | os.PathLike | None = None
                     ) -> tuple[Decoder, CharTokenizer, dict[str, Any]]:
     """Load a checkpoint written by :func:`save_text_model`; by default the bundled one,
     ``tiny_lm.pt``, which ``bench/train_text_model.py`` trained on the bundled text.
+
+    Args:
+        path: the checkpoint; None means the bundled one.
 
     Returns:
         ``(model, tokenizer, info)``: the model in eval mode on the CPU, its tokenizer, and
@@ -409,12 +501,20 @@ def load_text_model(path: str | os.PathLike | None = None
 def load_kv_heads_sweep() -> dict[str, Any]:
     """The saved MHA / GQA / MQA comparison of ``bench/train_text_model.py --sweep``: the
     shared settings, and for each number of key/value heads the validation loss of every
-    seed, their mean and standard deviation, and the parameters and KV-cache bytes."""
+    seed, their mean and standard deviation, and the parameters and KV-cache bytes.
+
+    Returns:
+        The parsed JSON file.
+    """
     return load_json(SWEEP_FILE)
 
 
 def load_ffn_norm_ablation() -> dict[str, Any]:
     """The saved SwiGLU-vs-ReLU and RMSNorm-vs-LayerNorm comparison of
     ``bench/ffn_norm_ablation.py``: the shared settings, and for each variant (``"swiglu+rms"``
-    and so on) its parameters and the final training and validation loss of every seed."""
+    and so on) its parameters and the final training and validation loss of every seed.
+
+    Returns:
+        The parsed JSON file.
+    """
     return load_json(FFN_NORM_FILE)

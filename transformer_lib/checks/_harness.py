@@ -51,11 +51,11 @@ def _cell_number() -> int | None:
 class CheckResult:
     """What a checker found; truthy when every check passed."""
 
-    exercise: str  # the function checked, e.g. "softmax"
-    passed: bool  # every check passed
-    attempted: bool  # False while the function is still the stub (its `raise` line runs)
-    report: str  # the verdict, as printed
-    failures: list[str] = field(default_factory=list)  # one message per failed check
+    exercise: str  #: the function checked, e.g. "softmax"
+    passed: bool  #: every check passed
+    attempted: bool  #: False while the function is still the stub (its `raise` line runs)
+    report: str  #: the verdict, as printed
+    failures: list[str] = field(default_factory=list)  #: one message per failed check
     _cell: int | None = field(default_factory=lambda: _cell_number(), repr=False, compare=False)
 
     def _ipython_display_(self) -> None:

@@ -24,7 +24,15 @@ def check_mha_shapes(mha_shapes: Callable[..., tuple]) -> CheckResult:
     """Check ``mha_shapes(B, T, S, C, H, H_kv) -> (out, last_weights, k_proj.weight)`` shapes
     against a :class:`transformer_lib.attention.MultiHeadAttention` built with
     ``keep_weights=True`` and run on ``x (B, T, C)`` attending to a memory ``(B, S, C)``:
-    multi-head, grouped-query and multi-query layers."""
+    multi-head, grouped-query and multi-query layers.
+
+    Args:
+        mha_shapes: the function to check (the exercise's), called on the checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(B: int, T: int, S: int, C: int, H: int, H_kv: int) -> Callable[[], None]:
         def run() -> None:

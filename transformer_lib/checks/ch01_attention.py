@@ -27,7 +27,16 @@ from transformer_lib.checks._harness import (
 def check_score_scale(score_scale: Callable[[int, float], float]) -> CheckResult:
     """Check ``score_scale(d_k, sigma)``: the number to divide ``q · k`` by so that the scores
     have variance 1 when every entry of ``q`` and ``k`` has mean 0 and variance ``sigma²``
-    (all independent). That is the standard deviation of ``q · k``, ``sigma² · √d_k``."""
+    (all independent). That is the standard deviation of ``q · k``, ``sigma² · √d_k``.
+
+    Args:
+        score_scale: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(d_k: int, sigma: float) -> Callable[[], None]:
         def run() -> None:
@@ -72,7 +81,16 @@ def check_left_padded_causal_mask(
     """Check ``left_padded_causal_mask(lengths, T, S)``: sequence b of a batch holds
     ``S - lengths[b]`` padding positions and then its real tokens; the queries are the last T
     of the S positions. The boolean ``(B, 1, T, S)`` mask (True = may attend) lets a query
-    read a key only if the key is a real token at or before the query's position."""
+    read a key only if the key is a real token at or before the query's position.
+
+    Args:
+        left_padded_causal_mask: the function to check (the exercise's), called on the
+            checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(lengths: list[int], T: int, S: int) -> Callable[[], None]:
         def run() -> None:
@@ -192,7 +210,16 @@ def check_chunked_causal_attention(
         chunked_causal_attention: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> CheckResult:
     """Check ``chunked_causal_attention(q, k, v, chunk)`` for ``q``, ``k`` ``(..., T, D)`` and
     ``v`` ``(..., T, Dv)``: the output ``(..., T, Dv)`` of causal self-attention, computed at
-    most ``chunk`` queries at a time, so that no ``(T, T)`` weights are ever formed."""
+    most ``chunk`` queries at a time, so that no ``(T, T)`` weights are ever formed.
+
+    Args:
+        chunked_causal_attention: the function to check (the exercise's), called on the
+            checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def inputs(shape: tuple[int, ...], Dv: int) -> tuple[Tensor, Tensor, Tensor]:

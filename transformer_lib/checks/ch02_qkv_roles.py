@@ -21,7 +21,7 @@ from transformer_lib.checks._harness import (
     _run,
 )
 
-IGNORE_INDEX = -100  # the label that LabelSmoothingLoss and F.cross_entropy leave out
+IGNORE_INDEX = -100  #: the label that LabelSmoothingLoss and F.cross_entropy leave out
 
 # Teacher forcing with padding ----------------------------------------------------------------
 
@@ -37,7 +37,16 @@ def _padded_targets(lengths: list[int], T: int, pad: int, g: torch.Generator) ->
 def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple]) -> CheckResult:
     """Check ``teacher_forcing(tgt, bos, pad) -> (dec_in, labels)``, both ``(B, T)``: the
     decoder reads ``bos`` and then the targets shifted right by one; the labels are the
-    targets, with -100 wherever ``tgt`` is padding."""
+    targets, with -100 wherever ``tgt`` is padding.
+
+    Args:
+        teacher_forcing: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(tgt: Tensor, bos: int, pad: int) -> Callable[[], None]:
@@ -100,7 +109,16 @@ def check_head_bilinear_forms(head_bilinear_forms: Callable[[Tensor, Tensor, int
     """Check ``head_bilinear_forms(q_weight, k_weight, n_heads) -> (H, C, C)``: for the
     ``q_proj.weight`` and ``k_proj.weight`` ``(C, C)`` of a layer, the matrix M_h of each head
     with score_h(i, j) = x_i M_h x_jᵀ (no scale, no bias), checked against the scores of a
-    :class:`transformer_lib.attention.MultiHeadAttention` without biases."""
+    :class:`transformer_lib.attention.MultiHeadAttention` without biases.
+
+    Args:
+        head_bilinear_forms: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(C: int, H: int) -> Callable[[], None]:
@@ -209,7 +227,16 @@ def _leaks(decode: Callable[[Tensor], Tensor], tgt: Tensor) -> list[tuple[int, i
 def check_first_future_leak(first_future_leak: Callable[[Callable, Tensor], int]) -> CheckResult:
     """Check ``first_future_leak(decode, tgt) -> int``: the smallest position t whose logits
     change when a token after t changes, or -1 if the decoder is causal; tried on small
-    decoders with known leaks."""
+    decoders with known leaks.
+
+    Args:
+        first_future_leak: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
     V, T = 7, 8
 

@@ -21,7 +21,7 @@ from transformer_lib.checks._harness import (
     _run,
 )
 
-ROLES = ("queries", "keys", "values")  # the three blocks of a fused projection, in order
+ROLES = ("queries", "keys", "values")  #: the three blocks of a fused projection, in order
 
 # The memory of one attention layer ----------------------------------------------------------
 
@@ -53,7 +53,16 @@ def _memory_hints(B: int, T: int, C: int, H: int, H_kv: int, nbytes: int) -> dic
 def check_attention_memory(attention_memory: Callable[..., int]) -> CheckResult:
     """Check ``attention_memory(batch, seq_len, d_model, n_heads, n_kv_heads,
     bytes_per_number)``: the bytes of the attention weights ``(B, H, T, T)`` plus the keys
-    and values ``(B, H_kv, T, D)`` of one self-attention layer."""
+    and values ``(B, H_kv, T, D)`` of one self-attention layer.
+
+    Args:
+        attention_memory: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(B: int, T: int, C: int, H: int, H_kv: int, nbytes: int) -> Callable[[], None]:
         def run() -> None:
@@ -130,7 +139,15 @@ def check_split_qkv(split_qkv: Callable[[Tensor, int], tuple]) -> CheckResult:
     a fused GPT-2 style projection (all C query channels, then the keys, then the values);
     each of q, k, v comes back ``(B, H, T, D)``, head h owning channels h·D … h·D + D − 1 of
     its block. A last axis that ``3 · n_heads`` does not divide raises a ValueError naming
-    its size and ``n_heads``."""
+    its size and ``n_heads``.
+
+    Args:
+        split_qkv: the function to check (the exercise's), called on the checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(shape: tuple[int, int, int], H: int) -> Callable[[], None]:
@@ -219,7 +236,16 @@ def check_to_per_head_layout(to_per_head_layout: Callable[[Tensor, int], Tensor]
     ``(3C, C)`` or bias ``(3C,)`` in ``nn.Linear`` layout and GPT-2's row order (all
     queries, then keys, then values), comes back with the same shape and its rows in the
     per-head order that ``qkv.view(B, T, H, 3·D)`` reads: head 0's queries, keys and values,
-    then head 1's, and so on."""
+    then head 1's, and so on.
+
+    Args:
+        to_per_head_layout: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(shape: tuple[int, ...], H: int) -> Callable[[], None]:

@@ -82,7 +82,16 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
     """Check ``noam_for_base_lr(d_model, warmup, base_lr)``: a function of the step such that
     ``LambdaLR`` on an optimizer built with ``lr=base_lr`` gives the paper's rate
     d_model^-0.5 · min(t^-0.5, t · warmup^-1.5) at step t (step 0 counts as step 1); a
-    ``base_lr`` of 0 raises a ValueError that names ``base_lr``."""
+    ``base_lr`` of 0 raises a ValueError that names ``base_lr``.
+
+    Args:
+        noam_for_base_lr: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def at_steps(d_model: int, warmup: int, base_lr: float, steps: list[int]
                  ) -> Callable[[], None]:
@@ -203,7 +212,16 @@ def check_rezero_encoder_layer(rezero_encoder_layer: Callable[[EncoderLayer, Ten
     """Check ``rezero_encoder_layer(layer, x, alpha) -> (B, T, C)``: h = x + alpha·attn(x),
     then h + alpha·ffn(h), from ``layer.self_attn`` and ``layer.feed_forward`` (the layers it
     is given have no usable norm); the identity at alpha = 0, and alpha (a 0-d tensor that
-    requires grad) gets its gradient."""
+    requires grad) gets its gradient.
+
+    Args:
+        rezero_encoder_layer: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def inputs(B: int, T: int, C: int, H: int, alpha: float
@@ -310,7 +328,16 @@ def check_deepnorm_gradient_profile(deepnorm_gradient_profile: Callable[..., Ten
     through the N post-norm layers in DeepNorm form, x <- LN(alpha·x + f(x)) with
     alpha = (2N)^(1/4) for both sublayers of every layer, take the mean squared error against
     ``target`` and return the norm of the gradient of each layer's parameters. The layers'
-    own ``forward`` (the plain post-norm layer) raises."""
+    own ``forward`` (the plain post-norm layer) raises.
+
+    Args:
+        deepnorm_gradient_profile: the function to check (the exercise's), called on the
+            checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(n_layers: int, B: int, T: int, C: int, H: int) -> Callable[[], None]:

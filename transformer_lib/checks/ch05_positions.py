@@ -60,7 +60,16 @@ def check_sinusoid_shift_matrix(sinusoid_shift_matrix: Callable[[int, int], Tens
     """Check ``sinusoid_shift_matrix(k, d)``: the ``(d, d)`` matrix ``M_k`` with
     ``PE(pos + k) = M_k @ PE(pos)`` for every position, where ``PE`` is the sinusoidal table
     of ``transformer_lib.positional.sinusoidal_encoding`` (sin in channel 2i, cos in 2i+1)
-    and ``k`` any integer. Any floating dtype is accepted; it is compared in float64."""
+    and ``k`` any integer. Any floating dtype is accepted; it is compared in float64.
+
+    Args:
+        sinusoid_shift_matrix: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(k: int, d: int) -> Callable[[], None]:
         def run() -> None:
@@ -157,7 +166,16 @@ def check_ntk_rope_tables(ntk_rope_tables: Callable[..., tuple]) -> CheckResult:
     raised to ``theta · factor^(D/(D−2))``, so that the fastest pair still turns 1 rad per
     position and the slowest turns ``factor`` times more slowly than with ``theta``. Any
     floating dtype is accepted; the values are compared as float32. The library's
-    ``rope_cos_sin`` may not be called: the exercise asks for the tables."""
+    ``rope_cos_sin`` may not be called: the exercise asks for the tables.
+
+    Args:
+        ntk_rope_tables: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(T: int, head_dim: int, factor: float, theta: float | None) -> Callable[[], None]:
         base = 10000.0 if theta is None else theta
@@ -245,7 +263,16 @@ def check_rope_cached_attention(rope_cached_attention: Callable[..., tuple]) -> 
     positions 0 … P−1, the keys already rotated at their positions; ``cos, sin`` ``(L, D/2)``
     cover positions 0 … L−1. The new token sits at position P; ``out`` ``(B, H, 1, D)`` is
     its attention over positions 0 … P, and ``keys``, ``values`` ``(B, H, P + 1, D)`` are the
-    cache after the step."""
+    cache after the step.
+
+    Args:
+        rope_cached_attention: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(B: int, H: int, P: int, D: int, L: int) -> Callable[[], None]:

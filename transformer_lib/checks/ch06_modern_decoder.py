@@ -44,6 +44,7 @@ def _build(module_type: Callable[[], torch.nn.Module]) -> torch.nn.Module:
 
 _COUNT_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
                  "tie_embeddings")
+#: Llama 2 7B's published shape, whose parameter count the counting exercise must reproduce.
 LLAMA2_7B = dict(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
                  d_ff=11008, tie_embeddings=False)
 
@@ -99,8 +100,18 @@ def _count_hints(sizes: dict[str, Any]) -> list[tuple[int, str]]:
 
 def check_decoder_param_count(decoder_param_count: Callable[..., int]) -> CheckResult:
     """Check ``decoder_param_count(vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff,
-    tie_embeddings)``: the number of parameters of a :class:`Decoder` with those sizes,
-    against the model itself (and, for Llama 2 7B, against the count of its parts)."""
+    tie_embeddings)``: the number of parameters of a :class:`~transformer_lib.decoder.Decoder`
+    with those sizes, against the model itself (and, for Llama 2 7B, against the count of its
+    parts).
+
+    Args:
+        decoder_param_count: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(sizes: dict[str, Any], build: bool) -> Callable[[], None]:
         def run() -> None:
@@ -162,9 +173,17 @@ def _gqa_to_mha(state: dict[str, Tensor], n_heads: int, n_kv_heads: int,
 
 def check_gqa_to_mha(gqa_to_mha: Callable[[dict, int, int], dict]) -> CheckResult:
     """Check ``gqa_to_mha(state_dict, n_heads, n_kv_heads)``: from the state dict of a
-    :class:`Decoder` with grouped-query attention, a new state dict that a Decoder with the
-    same config but ``n_kv_heads = n_heads`` loads strictly and that gives the same logits;
-    the input dict and its tensors are left unchanged."""
+    :class:`~transformer_lib.decoder.Decoder` with grouped-query attention, a new state dict that a
+    Decoder with the same config but ``n_kv_heads = n_heads`` loads strictly and that gives the
+    same logits; the input dict and its tensors are left unchanged.
+
+    Args:
+        gqa_to_mha: the function to check (the exercise's), called on the checker's own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(n_heads: int, n_kv_heads: int, n_layers: int, tie: bool) -> Callable[[], None]:
@@ -295,10 +314,19 @@ def _qk_norm_attention(x: Tensor, attn: MultiHeadAttention, q_norm: RMSNorm, k_n
 def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckResult:
     """Check ``qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)``: causal grouped-query
     self-attention of ``x`` ``(B, T, C)`` through ``attn`` (a bias-free
-    :class:`MultiHeadAttention`), queries and keys RMS-normalised by ``q_norm`` and ``k_norm``
-    after the projections and before split-half RoPE: over each head's D channels when the
-    norms have D weights (Qwen3, Gemma 3), over the whole projection of a position when they
-    have H·D and H_kv·D (OLMo 2); returns ``(B, T, C)``."""
+    :class:`~transformer_lib.attention.MultiHeadAttention`), queries and keys RMS-normalised by
+    ``q_norm`` and ``k_norm`` after the projections and before split-half RoPE: over each head's D
+    channels when the norms have D weights (Qwen3, Gemma 3), over the whole projection of a
+    position when they have H·D and H_kv·D (OLMo 2); returns ``(B, T, C)``.
+
+    Args:
+        qk_norm_attention: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(B: int, T: int, C: int, H: int, H_kv: int, whole: bool) -> Callable[[], None]:

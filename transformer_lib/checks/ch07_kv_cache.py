@@ -65,7 +65,16 @@ def check_max_context(max_context: Callable[..., int]) -> CheckResult:
     """Check ``max_context(budget_bytes, n_layers, d_model, n_heads, n_kv_heads, batch_size,
     dtype) -> int``: the largest number of positions T such that the KV cache of
     ``batch_size`` sequences of T positions fits in ``budget_bytes`` bytes, for a decoder
-    with head dim ``d_model // n_heads``, values stored in ``dtype``."""
+    with head dim ``d_model // n_heads``, values stored in ``dtype``.
+
+    Args:
+        max_context: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
 
     def case(*args) -> Callable[[], None]:
         names = ["budget_bytes", "n_layers", "d_model", "n_heads", "n_kv_heads", "batch_size",
@@ -153,7 +162,16 @@ def check_cached_attention_step(cached_attention_step: Callable[..., tuple]) -> 
     ``x`` ``(B, T, C)`` of new tokens at positions ``P … P + T - 1``, given the cached keys
     (rotated) and values ``(B, H_kv, P, D)`` of positions ``0 … P - 1`` and RoPE tables
     ``(L, D/2)``. Returns the layer's output ``(B, T, C)`` for the new tokens and the caches
-    after the step, ``(B, H_kv, P + T, D)`` each."""
+    after the step, ``(B, H_kv, P + T, D)`` each.
+
+    Args:
+        cached_attention_step: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(B: int, H: int, H_kv: int, D: int, P: int, T: int, bias: bool,
@@ -307,7 +325,16 @@ def check_batched_generation(generate_batch: Callable[..., Tensor]) -> CheckResu
     greedy tokens after each of the B prompts (1-D LongTensors of different lengths) of a
     :class:`~transformer_lib.decoder.Decoder`, as decoding each prompt alone gives them, with
     every prompt in one batch: one prefill and then one forward pass of one token per sequence
-    for each new token, all B sequences in each."""
+    for each new token, all B sequences in each.
+
+    Args:
+        generate_batch: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     model = _checker_model(seed=11).double()  # float64: no near-tie flips a greedy choice
 
     def case(lengths: Sequence[int], n: int) -> Callable[[], None]:
@@ -417,7 +444,16 @@ def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResu
     token of the sequence, at position P, not yet cached; ``draft`` ``(1, k)`` are guesses of
     the next k tokens. ``new`` ``(1, n + 1)`` holds the n draft tokens the model agrees with
     (the longest agreeing prefix) and then the model's own greedy token; afterwards
-    ``cache.pos`` is ``P + 1 + n``."""
+    ``cache.pos`` is ``P + 1 + n``.
+
+    Args:
+        speculative_step: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     model = _checker_model(seed=7)
     prompt = torch.randint(0, 16, (1, 6), generator=_generator(3))  # (1, 6)
 

@@ -23,7 +23,7 @@ from transformer_lib.checks._harness import (
     _run,
 )
 
-NEG_INF = float("-inf")
+NEG_INF = float("-inf")  #: the score of a blocked key
 
 # Statistics of a block of scores, the independent reference of all three checkers ------------
 
@@ -90,7 +90,16 @@ def check_merge_softmax_stats(merge_softmax_stats: Callable[..., tuple]) -> Chec
     softmax statistics of two disjoint blocks of keys merged into those of their union. For a
     block with scores s and values v: ``m`` ``(..., T, 1)`` the row maximum of s (-inf for a
     row that sees no key of the block), ``l`` ``(..., T, 1)`` Σ exp(s - m), ``acc``
-    ``(..., T, Dv)`` Σ exp(s - m) v (0 for a row with no visible key)."""
+    ``(..., T, Dv)`` Σ exp(s - m) v (0 for a row with no visible key).
+
+    Args:
+        merge_softmax_stats: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(shape: tuple[int, ...], n1: int, n2: int, Dv: int, *, shift2: float = 0.0,
@@ -218,7 +227,16 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
     by ``block_k`` keys with an online softmax; ``out`` ``(..., T, Dv)``; ``n_tiles``, the
     number of score tiles computed, counts only tiles with at least one visible pair. No
     query-by-key tensor the function creates may span more than one tile, and the library's
-    attention functions and PyTorch's SDPA may not be called."""
+    attention functions and PyTorch's SDPA may not be called.
+
+    Args:
+        tiled_causal_attention: the function to check (the exercise's), called on the checker's
+            own inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(lead: tuple[int, ...], T: int, S: int, D: int, Dv: int, block_q: int,
@@ -318,7 +336,16 @@ def check_combine_splits(combine_splits: Callable[..., tuple]) -> CheckResult:
     disjoint splits of the keys, from each split's own result. ``outs[i]`` ``(..., T, Dv)`` is
     attention over split i alone (0 for a row that sees none of its keys), ``lses[i]``
     ``(..., T)`` the log-sum-exp of that row's scaled scores over the split (-inf then). Returns
-    the attention over all keys ``(..., T, Dv)`` and its log-sum-exp ``(..., T)``."""
+    the attention over all keys ``(..., T, Dv)`` and its log-sum-exp ``(..., T)``.
+
+    Args:
+        combine_splits: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(lead: tuple[int, ...], T: int, sizes: tuple[int, ...], D: int, Dv: int, *,

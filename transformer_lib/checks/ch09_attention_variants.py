@@ -69,7 +69,16 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., int]) -> CheckResult:
     batch_size, latent_dtype, rope_dtype) -> int``: the bytes of the multi-head latent
     attention caches of ``batch_size`` sequences of T positions, in a model of ``n_layers``
     MLA layers that cache a latent of ``kv_lora_rank`` numbers stored in ``latent_dtype`` and
-    a RoPE key of ``qk_rope_head_dim`` numbers stored in ``rope_dtype`` per token."""
+    a RoPE key of ``qk_rope_head_dim`` numbers stored in ``rope_dtype`` per token.
+
+    Args:
+        mla_cache_bytes: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     names = ["n_layers", "kv_lora_rank", "qk_rope_head_dim", "n_heads", "T", "batch_size",
              "latent_dtype", "rope_dtype"]
 
@@ -166,7 +175,16 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
     computed with matrix products and one triangular solve (the UT transform), without the
     library's delta-rule functions. S ``(B, H, Dv, Dk)``, the state before the chunk; q, k
     ``(B, H, L, Dk)`` unit vectors; v ``(B, H, L, Dv)``; alpha, beta ``(B, H, L)``. Returns
-    out ``(B, H, L, Dv)`` and the state after the chunk ``(B, H, Dv, Dk)``."""
+    out ``(B, H, L, Dv)`` and the state after the chunk ``(B, H, Dv, Dk)``.
+
+    Args:
+        gated_delta_chunk: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(B: int, H: int, L: int, Dk: int, Dv: int, *, zero_state: bool = False,
@@ -267,7 +285,16 @@ def check_moe_forward(moe_forward: Callable[..., tuple]) -> CheckResult:
     experts of highest router probability (softmax of the router's logits), with those
     probabilities renormalised to sum to 1 as gates, and each expert runs only on its tokens.
     ``out`` ``(N, C)``; ``balance_loss`` = E · Σ_e f_e P_e, f_e the fraction of the
-    N·top_k routing slots that go to expert e, P_e its mean router probability."""
+    N·top_k routing slots that go to expert e, P_e its mean router probability.
+
+    Args:
+        moe_forward: the function to check (the exercise's), called on the checker's own
+            inputs.
+
+    Returns:
+        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
+        its report is printed.
+    """
     g = _generator()
 
     def case(N: int, C: int, E: int, top_k: int) -> Callable[[], None]:

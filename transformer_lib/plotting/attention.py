@@ -27,7 +27,7 @@ from transformer_lib.plotting.style import (
     to_numpy,
 )
 
-TEXT_RAMP = " .:-=+*#%@"  # attention_text: weight 0 -> " ", weight >= 0.9 -> "@"
+TEXT_RAMP = " .:-=+*#%@"  #: attention_text: weight 0 -> " ", weight >= 0.9 -> "@"
 
 
 def _check_attention(weights: ArrayLike, x_labels, y_labels) -> np.ndarray:
@@ -141,7 +141,7 @@ def attention_text(
     return "\n".join(lines)
 
 
-ABOVE_PAD = 3  # points between the top of a mask and the "cached" / "new" captions
+ABOVE_PAD = 3  #: points between the top of a mask and the "cached" / "new" captions
 
 
 def _above(ax: Axes, x: float, text: str) -> None:

@@ -28,15 +28,15 @@ from transformer_lib.plotting.style import (
     new_axes,
 )
 
-# Fill colours by kind of box, light enough for black text.
+#: Fill colours by kind of box, light enough for black text.
 KIND_COLOURS = {"attention": ORANGE, "norm": SKY_BLUE, "ffn": PURPLE, "sum": "white"}
 _FILL_ALPHA = 0.35
 _BOX_W, _BOX_H, _GAP = 0.76, 0.40, 0.20  # data units; a column is 1 unit wide
 _SUM_R = 0.11  # half the height of a residual-sum circle (y units)
 _SUM_RX = 0.06  # half its width: an x unit is about 1.8 times a y unit on the page
 
-# The three structures, bottom to top: (label, kind). Residuals: (from, to) = a path from
-# the input of item `from` to item `to`.
+#: The three structures, bottom to top: (label, kind). Residuals: (from, to) = a path from
+#: the input of item `from` to item `to`.
 LAYERS = {
     "2017 encoder layer": (
         [("self-attention\n(both ways)", "attention"), ("add & LayerNorm", "norm"),

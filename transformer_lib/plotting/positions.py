@@ -29,8 +29,9 @@ from transformer_lib.plotting.style import (
     to_numpy,
 )
 
-LEGEND_DROP = 36  # points from the bottom of the plot to a legend under it: below the ticks,
-#                  their labels and the x label, whatever the plot's height
+#: points from the bottom of the plot to a legend under it: below the ticks,
+#: their labels and the x label, whatever the plot's height
+LEGEND_DROP = 36
 
 
 def positional_heatmap(pe: ArrayLike, *, ax: Axes | None = None,

@@ -28,42 +28,44 @@ from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatterSciNotation
 
+#: What a figure accepts as data: a torch tensor, a numpy array or a sequence of numbers.
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[float]]
 
 # Sizes ------------------------------------------------------------------------------------
 
-DPI = 100  # pixels per inch of explorer frames (PNG, one pixel per CSS pixel)
-MAX_WIDTH = 7.5  # inches: the book's content column at DPI, the widest explorer frame
-CSS_PX_PER_INCH = 96  # CSS pixels per inch of an SVG figure (1 pt = 96 / 72 CSS px)
-PHONE_COLUMN = 358  # CSS pixels: the content column on a 390 px phone (measured)
-PHONE_TEXT_PX = 9  # CSS pixels: the smallest text a figure may show on that phone
-FIGURE_WIDTH = 5.4  # inches: the widest new figure (518 CSS px), whose 10 pt text stays
-#                     >= PHONE_TEXT_PX on the phone
-SVG_PAD = 0.05  # inches of margin the shown SVG keeps around the drawing, on each side
-FIGURE_FORMAT = "svg"  # the format figures are shown in by IPython (Jupyter, Colab, the book)
-TITLE_SIZE = 12  # titles (and the titles and labels inside explorer frames)
-LABEL_SIZE = 10  # axis labels and legends
-TICK_SIZE = 10  # tick labels, colour bars included
-VALUE_SIZE = 10  # numbers and notes written inside the plot
+DPI = 100  #: pixels per inch of explorer frames (PNG, one pixel per CSS pixel)
+MAX_WIDTH = 7.5  #: inches: the book's content column at DPI, the widest explorer frame
+CSS_PX_PER_INCH = 96  #: CSS pixels per inch of an SVG figure (1 pt = 96 / 72 CSS px)
+PHONE_COLUMN = 358  #: CSS pixels: the content column on a 390 px phone (measured)
+PHONE_TEXT_PX = 9  #: CSS pixels: the smallest text a figure may show on that phone
+#: inches: the widest new figure (518 CSS px), whose 10 pt text stays
+#: >= PHONE_TEXT_PX on the phone
+FIGURE_WIDTH = 5.4
+SVG_PAD = 0.05  #: inches of margin the shown SVG keeps around the drawing, on each side
+FIGURE_FORMAT = "svg"  #: the format figures are shown in by IPython (Jupyter, Colab, the book)
+TITLE_SIZE = 12  #: titles (and the titles and labels inside explorer frames)
+LABEL_SIZE = 10  #: axis labels and legends
+TICK_SIZE = 10  #: tick labels, colour bars included
+VALUE_SIZE = 10  #: numbers and notes written inside the plot
 
 # Colours ----------------------------------------------------------------------------------
 
-WEIGHT_CMAP = "viridis"  # attention weights and other values in [0, 1]
-SIGNED_CMAP = "RdBu_r"  # signed values, centred on 0 (blue < 0 < red)
+WEIGHT_CMAP = "viridis"  #: attention weights and other values in [0, 1]
+SIGNED_CMAP = "RdBu_r"  #: signed values, centred on 0 (blue < 0 < red)
 
-# The line colours of every plot, in the order the lines take them: blue, orange, reddish
-# purple, sky blue, black, vermillion (Okabe-Ito), told apart with the common colour-vision
-# deficiencies, and no red-green pair; vermillion, the nearest to orange, comes last.
+#: The line colours of every plot, in the order the lines take them: blue, orange, reddish
+#: purple, sky blue, black, vermillion (Okabe-Ito), told apart with the common colour-vision
+#: deficiencies, and no red-green pair; vermillion, the nearest to orange, comes last.
 RUN_COLOURS = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#D55E00")
 BLUE, ORANGE, PURPLE, SKY_BLUE, BLACK, VERMILLION = RUN_COLOURS
-CURVE_STYLES = ("-", "--", "-.", ":", "-")
-CURVE_COLOURS = RUN_COLOURS[:len(CURVE_STYLES)]  # one colour per line style
-GREY = "#7f7f7f"  # reference lines and bands drawn behind the measurements
+CURVE_STYLES = ("-", "--", "-.", ":", "-")  #: line styles, one per curve of a figure
+CURVE_COLOURS = RUN_COLOURS[:len(CURVE_STYLES)]  #: one colour per line style
+GREY = "#7f7f7f"  #: reference lines and bands drawn behind the measurements
 
-# Colours of a KV-cache mask: a visible key in viridis's dark blue, a blocked one pale grey
-# (told apart by lightness alone, so in any colour vision and in greyscale).
+#: Colours of a KV-cache mask: a visible key in viridis's dark blue, a blocked one pale grey
+#: (told apart by lightness alone, so in any colour vision and in greyscale).
 MASK_VISIBLE = "#31688e"
-MASK_BLOCKED = "#eeeeee"
+MASK_BLOCKED = "#eeeeee"  #: a blocked key of a KV-cache mask (see ``MASK_VISIBLE``)
 
 
 # Helpers of the figure functions ----------------------------------------------------------

@@ -23,7 +23,7 @@ from transformer_lib.plotting.style import (
     new_axes,
 )
 
-LOOP_ORDERS = ("fa1", "fa2")
+LOOP_ORDERS = ("fa1", "fa2")  #: the loop orders of flash_tiling: FlashAttention 1 and 2
 _SRAM = ORANGE  # the pieces in on-chip memory for the current tile
 _COMPUTED = (*[c / 255 for c in (86, 180, 233)], 0.35)  # sky blue, light: computed tiles
 _STRIP = 0.55  # width of the Q and O strips and the height of the K strip (data units)

@@ -6,17 +6,21 @@ from which every head's key and value are *up-projected* (``kv_b_proj``), plus o
 ``k_rope`` that carries the position (RoPE), shared by all heads: d_c + D_r numbers per token.
 
 Why a separate RoPE part: RoPE rotates keys by their position, and a rotation between the
-latent and the key would stop ``W_UK`` from being folded into the query. So the key is split:
+latent and the key would stop ``W_UK`` from being folded into the query. So the key is
+split::
+
     k_h = [ W_UK,h c_kv  (D_nope channels, no position) ;  RoPE(k_rope)  (D_r, shared) ]
     q_h = [ q_nope,h                                     ;  RoPE(q_rope,h)             ]
     q_h · k_h = q_nope,h · (W_UK,h c_kv) + RoPE(q_rope,h) · RoPE(k_rope).
 
-Two ways to attend over the cache, equal up to rounding:
+Two ways to attend over the cache, equal up to rounding::
+
     explicit: up-project every cached latent to per-head keys and values, then attend;
     absorbed: (W_UK,hᵀ q_nope,h) · c_kv scores the latents directly, and since
               Σ_s w_s W_UV,h c_s = W_UV,h Σ_s w_s c_s, the weights average the latents and
               W_UV,h is applied once per query. Per-head keys/values never exist: at decode
               time this is multi-query attention over a single latent "head".
+
 The absorbed form suits decoding (few queries, a long cache); for a long prefill the explicit
 form does fewer operations, since its scores cost D_n + D_r per pair instead of d_c + D_r.
 
@@ -56,17 +60,17 @@ class MLAConfig:
     qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536.
     """
 
-    d_model: int = 64  # C: width of the residual stream
-    n_heads: int = 4  # H: attention heads
-    kv_lora_rank: int = 32  # d_c: width of the cached KV latent c_kv
-    qk_nope_head_dim: int = 16  # D_n: per-head query/key channels without position (from c_kv)
-    qk_rope_head_dim: int = 8  # D_r: per-head query / shared key channels rotated by RoPE; even
-    v_head_dim: int = 16  # D_v: per-head value channels
-    q_lora_rank: int | None = None  # width of the query latent; None = queries straight from x
-    max_seq_len: int = 128  # longest sequence (prompt + generated); default cache length
-    rope_theta: float = 10000.0  # RoPE base θ
-    rope_pairing: str = "interleaved"  # DeepSeek's checkpoints: "interleaved"; or "half"
-    norm_eps: float = 1e-6  # epsilon of the two RMSNorms on the latents (HF: rms_norm_eps)
+    d_model: int = 64  #: C: width of the residual stream
+    n_heads: int = 4  #: H: attention heads
+    kv_lora_rank: int = 32  #: d_c: width of the cached KV latent c_kv
+    qk_nope_head_dim: int = 16  #: D_n: per-head query/key channels without position (from c_kv)
+    qk_rope_head_dim: int = 8  #: D_r: per-head query / shared key channels rotated by RoPE; even
+    v_head_dim: int = 16  #: D_v: per-head value channels
+    q_lora_rank: int | None = None  #: width of the query latent; None = queries straight from x
+    max_seq_len: int = 128  #: longest sequence (prompt + generated); default cache length
+    rope_theta: float = 10000.0  #: RoPE base θ
+    rope_pairing: str = "interleaved"  #: DeepSeek's checkpoints: "interleaved"; or "half"
+    norm_eps: float = 1e-6  #: epsilon of the two RMSNorms on the latents (HF: rms_norm_eps)
 
     def __post_init__(self):
         for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
@@ -111,6 +115,7 @@ class MLACache(PositionCache):
 
     @property
     def batch_size(self) -> int:
+        """B, the sequences the cache holds."""
         return self.c_kv.shape[0]
 
     def tensors(self) -> tuple[Tensor, ...]:
@@ -123,9 +128,17 @@ class MLACache(PositionCache):
         return self.nbytes // (self.batch_size * self.max_seq_len)
 
     def update(self, c_kv: Tensor, k_rope: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``c_kv`` ``(B, T, d_c)`` and ``k_rope`` ``(B, T, D_r)`` at ``pos`` and return
-        every cached position, ``(B, pos + T, d_c)`` and ``(B, pos + T, D_r)``. Does not
-        advance ``pos``."""
+        """Store the new latents and RoPE keys at ``pos`` and return every cached position.
+        Does not advance ``pos``.
+
+        Args:
+            c_kv: new KV latents ``(B, T, d_c)``.
+            k_rope: new rotated keys ``(B, T, D_r)``, shared by every head.
+
+        Returns:
+            ``(c_kv, k_rope)``: ``(B, pos + T, d_c)`` and ``(B, pos + T, D_r)``, views of
+            the cache.
+        """
         B, _, d_c = self.c_kv.shape
         self.check_shape("c_kv", c_kv, B=B, T=None, d_c=d_c)
         self.check_shape("k_rope", k_rope, B=B, T=c_kv.shape[1], D_r=self.k_rope.shape[2])
@@ -138,7 +151,11 @@ class MLACache(PositionCache):
 
 
 class MultiHeadLatentAttention(nn.Module):
-    """Causal self-attention through a compressed KV latent with a decoupled RoPE part."""
+    """Causal self-attention through a compressed KV latent with a decoupled RoPE part.
+
+    Args:
+        config: the layer's sizes.
+    """
 
     def __init__(self, config: MLAConfig):
         super().__init__()
@@ -161,8 +178,15 @@ class MultiHeadLatentAttention(nn.Module):
         self.o_proj = nn.Linear(H * c.v_head_dim, c.d_model, bias=False)
 
     def new_cache(self, batch_size: int, max_seq_len: int | None = None) -> MLACache:
-        """An empty :class:`MLACache` for this layer, on its device and dtype; ``max_seq_len``
-        (at most the config's, which it defaults to) is the number of positions it holds."""
+        """An empty :class:`MLACache` for this layer, on its device and dtype.
+
+        Args:
+            batch_size: B.
+            max_seq_len: the positions it holds, at most the config's (None: the config's).
+
+        Returns:
+            The cache.
+        """
         c, w = self.config, self.kv_b_proj.weight
         return MLACache(batch_size, cache_length(max_seq_len, c.max_seq_len), c.kv_lora_rank,
                         c.qk_rope_head_dim, dtype=w.dtype, device=w.device)

@@ -123,7 +123,10 @@ class MoEFeedForward(nn.Module):
         return router + self.top_k * per_expert
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The router's decision for tokens ``x`` ``(N, C)``.
+        """The router's decision for each token.
+
+        Args:
+            x: tokens ``(N, C)``.
 
         Returns:
             ``(probs, gates, expert_index)``: probabilities ``(N, E)`` (fp32, or fp64 for

@@ -3,11 +3,11 @@
 Every combination of an explorer's controls is rendered once to a small PNG; in the book the
 controls choose among them in the browser (nested ``Stack`` s driven by ``jslink``), and with
 ipywidgets 7 (Colab) a kernel callback does. :mod:`.frames` holds that machinery and
-:class:`Explorer`, the widget every explorer returns (a VBox with its ``controls``,
-``pictures`` and ``links`` named; a frame is a PNG, or a short HTML text where the picture
-is text). Each other module holds one chapter's explorer: :mod:`.softmax` (chapter 1),
-:mod:`.attention` (2), :mod:`.heads` (3), :mod:`.norms` (4), :mod:`.rope` (5),
-:mod:`.sampling` (6), :mod:`.kv_memory` (7), :mod:`.online_softmax` (8), :mod:`.recall` (9).
+:class:`~transformer_lib.widgets.frames.Explorer`, the widget every explorer returns (a VBox with
+its ``controls``, ``pictures`` and ``links`` named; a frame is a PNG, or a short HTML text where
+the picture is text). Each other module holds one chapter's explorer: :mod:`.softmax` (chapter 1),
+:mod:`.attention` (2), :mod:`.heads` (3), :mod:`.norms` (4), :mod:`.rope` (5), :mod:`.sampling`
+(6), :mod:`.kv_memory` (7), :mod:`.online_softmax` (8), :mod:`.recall` (9).
 
 Every control can be reached with Tab and moved with the arrow keys (sliders, and a
 ``Dropdown`` where there is a choice of names). The controls sit in rows that wrap, so on a

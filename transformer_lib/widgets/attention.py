@@ -32,8 +32,9 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-# The attention frames are ~750 px wide and shrink to half that on a phone: larger text.
+#: The attention frames are ~750 px wide and shrink to half that on a phone: larger text.
 ATTENTION_FONT = 14
+#: What the explorer says when it is called without a trained model.
 HOW_TO_GET_A_MODEL = ("train one first, e.g. `model, _ = train_reversal()` (from "
                       "transformer_lib.tasks, under a minute on a CPU), then call "
                       "`attention_explorer(model)`")
@@ -42,9 +43,10 @@ HOW_TO_GET_A_MODEL = ("train one first, e.g. `model, _ = train_reversal()` (from
 class AttentionExplorer(Explorer):
     """The widget :func:`attention_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``example``, ``layer``, ``head``, ``step``, ``pictures`` ``{"attention": …}`` and
-    ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``example``,
+    ``layer``, ``head``, ``step``, ``pictures`` ``{"attention": …}`` and ``links``, it holds:
+
+    Attributes:
         live: name -> widget of the live extra (``text``, ``button``, ``status``, ``image``).
         render_live: the live extra's callback: decode the typed sequence and draw its map.
     """

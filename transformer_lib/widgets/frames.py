@@ -40,16 +40,16 @@ from PIL import Image as PILImage
 
 from transformer_lib.plotting.style import MAX_WIDTH, TITLE_SIZE
 
-# ipywidgets 8 has Stack (the static book's path); ipywidgets 7 (Colab) does not: there the
-# pictures update through the kernel instead.
+#: ipywidgets 8 has Stack (the static book's path); ipywidgets 7 (Colab) does not: there the
+#: pictures update through the kernel instead.
 HAS_STACK = hasattr(widgets, "Stack")
-FONT = TITLE_SIZE  # titles and axis labels inside frames; tick labels one point smaller
-FRAME_WIDTH = MAX_WIDTH  # inches: the widest frame, at DPI the ~750 px content column
-COLOURS = 128  # palette size of the stored PNGs
-MAX_FRAMES = 600  # about 6 MB of PNG at ~10 KB a frame
-CONTROL_WIDTH = "280px"  # preferred width of a control: two to a row of the column, one on a phone
-CONTROL_MAX_WIDTH = "420px"  # a control alone in its row stops growing here
-FRAME_CLASS = "explorer-frame"  # the CSS class of every HTML frame (text frames)
+FONT = TITLE_SIZE  #: titles and axis labels inside frames; tick labels one point smaller
+FRAME_WIDTH = MAX_WIDTH  #: inches: the widest frame, at DPI the ~750 px content column
+COLOURS = 128  #: palette size of the stored PNGs
+MAX_FRAMES = 600  #: about 6 MB of PNG at ~10 KB a frame
+CONTROL_WIDTH = "280px"  #: preferred width of a control: two to a row of the column, one on a phone
+CONTROL_MAX_WIDTH = "420px"  #: a control alone in its row stops growing here
+FRAME_CLASS = "explorer-frame"  #: the CSS class of every HTML frame (text frames)
 
 
 class Explorer(widgets.VBox):

@@ -30,9 +30,9 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-TWO_READS_HEADS_FILE = "two_reads_heads.json"  # written by bench/two_reads_heads.py
-HEADS_FRAME = (FRAME_WIDTH, 4.8)  # inches
-# The frames are ~750 px wide and shrink to about half that on a phone: larger text.
+TWO_READS_HEADS_FILE = "two_reads_heads.json"  #: written by bench/two_reads_heads.py
+HEADS_FRAME = (FRAME_WIDTH, 4.8)  #: the frame's (width, height) in inches
+#: The frames are ~750 px wide and shrink to about half that on a phone: larger text.
 HEADS_FONT = 14
 ASKED_COLOUR, BEFORE_COLOUR = VERMILLION, BLUE  # the two reads, in every part of a frame
 
@@ -40,8 +40,10 @@ ASKED_COLOUR, BEFORE_COLOUR = VERMILLION, BLUE  # the two reads, in every part o
 class HeadsExplorer(Explorer):
     """The widget :func:`heads_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``heads`` and ``example``, ``pictures`` ``{"heads": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``heads`` and
+    ``example``, ``pictures`` ``{"heads": …}`` and ``links``, it holds:
+
+    Attributes:
         data: the bundled results it draws (see ``load_two_reads_heads``).
         alt: ``alt[i][e]``: the text alternative of the frame for the i-th head count and
             example e, shown in words under the picture (``pictures["text"]``).

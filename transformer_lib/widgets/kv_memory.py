@@ -25,8 +25,8 @@ from transformer_lib.widgets.frames import (
     _linked_pictures,
 )
 
-# Published shapes (each model's config.json); the Decoder built from them has each model's
-# published parameter count (tests/test_widgets_kv_memory.py checks all four).
+#: Published shapes (each model's config.json); the Decoder built from them has each model's
+#: published parameter count (tests/test_widgets_kv_memory.py checks all four).
 KV_PRESETS: dict[str, dict] = {
     "Llama 3.2 1B": dict(vocab_size=128256, d_model=2048, n_layers=16, n_heads=32,
                          n_kv_heads=8, d_ff=8192, tie_embeddings=True),
@@ -37,23 +37,25 @@ KV_PRESETS: dict[str, dict] = {
     "Llama 3 70B": dict(vocab_size=128256, d_model=8192, n_layers=80, n_heads=64,
                         n_kv_heads=8, d_ff=28672),
 }
-KV_CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)  # tokens
-# MQA, the published GQA counts, MHA, and one a 32-head model cannot have. Few values: every
-# frame is a widget model, and a cell that opens over about a thousand of them can lose some
-# on their way to the saved page.
+KV_CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)  #: the context lengths, in tokens
+#: MQA, the published GQA counts, MHA, and one a 32-head model cannot have. Few values: every
+#: frame is a widget model, and a cell that opens over about a thousand of them can lose some
+#: on their way to the saved page.
 KV_HEAD_CHOICES = (1, 8, 32, 64)
-KV_DTYPES = ("float32", "bfloat16", "float8_e4m3fn")  # the cache's dtype; weights: bfloat16
-WEIGHT_DTYPE = torch.bfloat16
-START = ("Llama 3 8B", 32768, "bfloat16")  # the first frame: this model, its own KV heads
-GB = 1e9
+KV_DTYPES = ("float32", "bfloat16", "float8_e4m3fn")  #: the cache's dtype; weights: bfloat16
+WEIGHT_DTYPE = torch.bfloat16  #: the dtype of the weights the cache is set beside
+START = ("Llama 3 8B", 32768, "bfloat16")  #: the first frame: this model, its own KV heads
+GB = 1e9  #: bytes in a gigabyte (decimal, as memory sizes are published)
 
 
 class KvMemoryExplorer(Explorer):
     """The widget :func:`kv_memory_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``model``, ``kv_heads``, ``context``, ``dtype``, ``pictures`` ``{"memory": …}`` and
-    ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``model``,
+    ``kv_heads``, ``context``, ``dtype``, ``pictures`` ``{"memory": …}`` and ``links``, it
+    holds:
+
+    Attributes:
         table: ``(model, kv_heads, context, dtype) -> (weight bytes, cache bytes)`` for every
             combination a model allows (``None`` where ``kv_heads`` does not divide its
             query heads).

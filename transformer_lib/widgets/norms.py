@@ -27,22 +27,26 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
+#: the precomputed profiles, in transformer_lib/data/
 GRADIENT_PROFILE_FILE = "gradient_profile.json"
-PLACEMENTS = ("post-norm", "pre-norm")
-STACKS = ("decoder", "encoder")
-GRADIENT_FONT = 14  # a full-column frame shrinks to half on a phone: larger text
-GRADIENT_FRAME = (FRAME_WIDTH, 4.6)  # inches
+PLACEMENTS = ("post-norm", "pre-norm")  #: where the norm sits in each layer
+STACKS = ("decoder", "encoder")  #: the stacks a profile is measured in
+GRADIENT_FONT = 14  #: a full-column frame shrinks to half on a phone: larger text
+GRADIENT_FRAME = (FRAME_WIDTH, 4.6)  #: the frame's (width, height) in inches
+#: The line style of each placement, the same as the chapter's figure's.
 STYLES = {"post-norm": {"color": RUN_COLOURS[1], "marker": "o"},
-          "pre-norm": {"color": RUN_COLOURS[0], "marker": "s"}}  # the chapter's figure's
+          "pre-norm": {"color": RUN_COLOURS[0], "marker": "s"}}
 
-Profiles = dict[str, dict[str, dict[int, np.ndarray]]]  # placement -> stack -> depth -> (R, depth)
+Profiles = dict[str, dict[str, dict[int, np.ndarray]]]  #: placement -> stack -> depth -> (R, depth)
 
 
 class GradientExplorer(Explorer):
     """The widget :func:`gradient_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``depth`` and ``stack``, ``pictures`` ``{"profile": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` (``depth`` and
+    ``stack``), ``pictures`` (``{"profile": …}``) and ``links``, it holds:
+
+    Attributes:
         profiles: what the frames show: ``profiles[placement][stack][depth]``, an array
             ``(seeds, depth)`` of gradient norms, layer 1 first.
         depths: the depths to choose from, in order.

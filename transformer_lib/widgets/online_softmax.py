@@ -2,7 +2,7 @@
 a time, with the running maximum m, the running sum ℓ, the rescale factor and the partial
 output a / ℓ converging on the exact softmax output.
 
-The numbers come from an fp64 online softmax written out here (:func:`_online_softmax_steps`);
+The numbers come from an fp64 online softmax written out here (``_online_softmax_steps``);
 every frame is rendered in advance, so the explorer works in the static book.
 """
 from __future__ import annotations
@@ -24,36 +24,33 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-ONLINE_FRAME = (6.0, 6.4)  # inches: three panels, one above the other
-UNSEEN = "#d9d9d9"  # the keys not read yet
+ONLINE_FRAME = (6.0, 6.4)  #: inches: three panels, one above the other
+UNSEEN = "#d9d9d9"  #: the keys not read yet
 
 
 class OnlineSteps(NamedTuple):
     """The state of the online softmax after each step, step 0 being before any key is read.
 
-    Attributes (each ``(n_tiles + 1,)``, float64 except ``end``):
-        end: keys read so far (the step's tile ends before key ``end``).
-        m: running maximum of the scores read (−inf at step 0).
-        l: running sum of exp(s_j − m) over the keys read.
-        a: running sum of exp(s_j − m) v_j over the keys read.
-        rescale: exp(m_before − m_after), the factor the old sums were multiplied by (0 on the
-            first tile, where m_before = −inf; NaN at step 0).
-        out: the partial output a / ℓ (NaN at step 0).
+    Each field is an array ``(n_tiles + 1,)``, float64 except ``end``.
     """
 
-    end: np.ndarray
-    m: np.ndarray
-    l: np.ndarray
-    a: np.ndarray
+    end: np.ndarray  #: keys read so far (the step's tile ends before key ``end``)
+    m: np.ndarray  #: running maximum of the scores read (−inf at step 0)
+    l: np.ndarray  #: running sum of exp(s_j − m) over the keys read
+    a: np.ndarray  #: running sum of exp(s_j − m) v_j over the keys read
+    #: exp(m_before − m_after), the factor the old sums were multiplied by (0 on the first
+    #: tile, where m_before = −inf; NaN at step 0)
     rescale: np.ndarray
-    out: np.ndarray
+    out: np.ndarray  #: the partial output a / ℓ (NaN at step 0)
 
 
 class OnlineSoftmaxExplorer(Explorer):
     """The widget :func:`online_softmax_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``tile`` and ``step``, ``pictures`` ``{"online": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``tile`` and
+    ``step``, ``pictures`` ``{"online": …}`` and ``links``, it holds:
+
+    Attributes:
         scores, values: the fixed row of scores and the scalar values, ``(S,)`` float64 each.
         tile_sizes: the tile sizes the ``tile`` control chooses among.
     """

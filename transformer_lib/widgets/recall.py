@@ -29,11 +29,11 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-RECALL_FRAME = (FRAME_WIDTH, 5.8)  # inches: two panels, one above the other
-# The frames are ~750 px wide and shrink to half that on a phone: larger text, as in the
-# attention explorer.
+RECALL_FRAME = (FRAME_WIDTH, 5.8)  #: inches: two panels, one above the other
+#: The frames are ~750 px wide and shrink to half that on a phone: larger text, as in the
+#: attention explorer.
 RECALL_FONT = 14
-RECALL_METHODS = ("linear attention", "delta rule", "gated delta rule")
+RECALL_METHODS = ("linear attention", "delta rule", "gated delta rule")  #: the states compared
 _STYLES = {"linear attention": dict(color=BLUE, linestyle="-", linewidth=1.8),
            "delta rule": dict(color=ORANGE, linestyle="--", linewidth=2.2),
            "gated delta rule": dict(color=PURPLE, linestyle="-", linewidth=2.6)}
@@ -44,9 +44,11 @@ _LEGEND = {"linear attention": "linear attention", "delta rule": "delta rule (De
 class RecallExplorer(Explorer):
     """The widget :func:`recall_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``n`` and ``alpha``, ``pictures`` ``{"recall": …}`` and ``links``):
-        curves: N -> the numbers behind that N's frames, as :func:`_recall_by_age` returns them.
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``n`` and
+    ``alpha``, ``pictures`` ``{"recall": …}`` and ``links``, it holds:
+
+    Attributes:
+        curves: N -> the numbers behind that N's frames, as ``_recall_by_age`` returns them.
     """
 
     curves: dict[int, dict]
@@ -108,7 +110,7 @@ def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state:
     ``n_pairs`` pairs, the gated delta rule's curves at ``alphas[a]``, the others fixed.
 
     Args:
-        curves: the numbers of :func:`_recall_by_age` for this N.
+        curves: the numbers of ``_recall_by_age`` for this N.
         n_pairs, alphas, d_state: N, the forget gates and the state's D.
         max_pairs: the age axes run from 1 to this, the same in every frame.
 

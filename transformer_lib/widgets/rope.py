@@ -34,16 +34,18 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-KEY_OFFSET = 2  # rope_explorer draws k at n = m - KEY_OFFSET: before q, as in a causal model
-ROPE_FRAME = (FRAME_WIDTH / 2 - 0.05, 3.8)  # inches: the two pictures side by side
+KEY_OFFSET = 2  #: rope_explorer draws k at n = m - KEY_OFFSET: before q, as in a causal model
+ROPE_FRAME = (FRAME_WIDTH / 2 - 0.05, 3.8)  #: inches: the two pictures side by side
 Q_COLOUR, K_COLOUR = BLUE, VERMILLION  # the query and the key, in both pictures
 
 
 class RopeExplorer(Explorer):
     """The widget :func:`rope_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``m``, ``i``, ``pairing``, ``pictures`` ``{"pair": …, "score": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``m``, ``i``,
+    ``pairing``, ``pictures`` ``{"pair": …, "score": …}`` and ``links``, it holds:
+
+    Attributes:
         q, k: the fixed random query and key the pictures turn, ``(D,)`` each.
     """
 

@@ -32,24 +32,26 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-PROMPT = "MACBETH.\nI have s"  # the next character is open: several are likely
-TEMPERATURES = (0.0, 0.5, 0.8, 1.0, 1.5)  # 0 is greedy decoding
-TOP_KS = (None, 10, 3)  # None: no top-k cut
-TOP_PS = (None, 0.9, 0.6)  # None: no top-p cut
-N_BARS = 12  # the most likely characters shown as bars
-SAMPLING_FRAME = (FRAME_WIDTH, 5.4)  # inches: bars above, the continuation below
-# The frames shrink to about half their width on a phone: larger text than FONT.
+PROMPT = "MACBETH.\nI have s"  #: the next character is open: several are likely
+TEMPERATURES = (0.0, 0.5, 0.8, 1.0, 1.5)  #: 0 is greedy decoding
+TOP_KS = (None, 10, 3)  #: None: no top-k cut
+TOP_PS = (None, 0.9, 0.6)  #: None: no top-p cut
+N_BARS = 12  #: the most likely characters shown as bars
+SAMPLING_FRAME = (FRAME_WIDTH, 5.4)  #: inches: bars above, the continuation below
+#: The frames shrink to about half their width on a phone: larger text than FONT.
 SAMPLING_FONT = 14
 TEXT_COLUMNS, TEXT_LINES = 56, 6  # the continuation's box, in monospace characters and lines
 
-Rule = tuple[float, Optional[int], Optional[float]]  # (temperature, top_k, top_p)
+Rule = tuple[float, Optional[int], Optional[float]]  #: (temperature, top_k, top_p)
 
 
 class SamplingExplorer(Explorer):
     """The widget :func:`sampling_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``temperature``, ``top_k``, ``top_p``, ``pictures`` ``{"sampling": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``temperature``,
+    ``top_k``, ``top_p``, ``pictures`` ``{"sampling": …}`` and ``links``, it holds:
+
+    Attributes:
         prompt: the text the model continues.
         logits: ``(V,)``, the model's logits for the character after ``prompt``.
         continuations: ``(temperature, top_k, top_p)`` -> the characters sampled after
@@ -197,12 +199,14 @@ def sampling_explorer(model: Decoder | None = None, tokenizer: CharTokenizer | N
 
     Args:
         model, tokenizer: a trained character model and its tokenizer; both None (the
-            default) loads the bundled ``tiny_lm.pt`` with :func:`load_text_model`.
+            default) loads the bundled ``tiny_lm.pt`` with
+            :func:`~transformer_lib.text.load_text_model`.
         prompt: the text to continue.
         temperatures, top_ks, top_ps: the choices of each control (None: no top-k or top-p
             cut; temperature 0: greedy). The temperature starts at the choice nearest 1.
         n_new: characters sampled after the prompt for each rule.
-        seed: the seed of every draw (:func:`generate_text`), the same for every rule.
+        seed: the seed of every draw (:func:`~transformer_lib.text.generate_text`), the same for
+            every rule.
 
     Returns:
         A :class:`SamplingExplorer` (a VBox, shown as the widget) with SelectionSliders

@@ -27,19 +27,21 @@ from transformer_lib.widgets.frames import (
     _render_frames,
 )
 
-SOFTMAX_DIMS = (1, 4, 16, 64, 256, 1024)  # the head widths d_k to choose from
-SCALINGS = ("none", "÷ √d_k")  # what the scores are divided by: 1, or √d_k
-SCALING_COLOURS = (VERMILLION, BLUE)  # one per scaling, in all three panels
-# The frames are as wide as the column and shrink to half that on a phone: larger text.
+SOFTMAX_DIMS = (1, 4, 16, 64, 256, 1024)  #: the head widths d_k to choose from
+SCALINGS = ("none", "÷ √d_k")  #: what the scores are divided by: 1, or √d_k
+SCALING_COLOURS = (VERMILLION, BLUE)  #: one per scaling, in all three panels
+#: The frames are as wide as the column and shrink to half that on a phone: larger text.
 SOFTMAX_FONT = 14
-SOFTMAX_FRAME = (FRAME_WIDTH, 4.8)  # inches
+SOFTMAX_FRAME = (FRAME_WIDTH, 4.8)  #: the frame's (width, height) in inches
 
 
 class SoftmaxExplorer(Explorer):
     """The widget :func:`softmax_explorer` returns.
 
-    Attributes (besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls``
-    ``d_k`` and ``scale``, ``pictures`` ``{"softmax": …, "text": …}`` and ``links``):
+    Besides :class:`~transformer_lib.widgets.frames.Explorer`'s ``controls`` ``d_k`` and
+    ``scale``, ``pictures`` ``{"softmax": …, "text": …}`` and ``links``, it holds:
+
+    Attributes:
         z: the fixed random row ``(n_keys,)``; width d_k scores √d_k · z unscaled, z scaled.
         dims: the head widths of the ``d_k`` control, in order.
     """
