@@ -32,7 +32,7 @@ setup-cells: $(STAMP)
 student: $(STAMP)
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
-	@$(PY) tools/zh_notebooks.py --write
+	@$(PY) tools/i18n notebooks --write
 
 # Grade submitted student notebooks: make grade SUBMISSIONS=path/to/submissions (one folder per
 # student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS, TIMEOUT and
@@ -48,9 +48,10 @@ grade: $(STAMP)
 gradescope: $(STAMP)
 	@$(PY) tools/gradescope.py $(or $(CHAPTERS),all) --out "$(or $(OUT),dist/gradescope)"
 
-# Both editions: English in _build/html, Chinese (the catalogs of locales/zh_CN) in
-# _build/html/zh. Every page is rebuilt and every notebook executed once (the execute cache is
-# emptied first; the Chinese build reuses the English one's executed notebooks), warnings are
+# Every edition (book_languages in _config.yml): English in _build/html, each translation (the
+# catalogs of locales/<code>) in _build/html/<folder>, the Chinese one in _build/html/zh. Every
+# page is rebuilt and every notebook executed once (the execute cache is emptied first; the
+# translated builds reuse the English one's executed notebooks), warnings are
 # errors; the whole output goes to _build/book.log, and on failure the lines that matter and
 # the log's path are shown (see tools/build_book.py). Outside CI the setup cells are first brought in line with _config.yml;
 # in CI they are only checked (tests/test_book.py), so a commit that forgot them fails.
@@ -58,19 +59,20 @@ book: $(STAMP)
 ifndef CI
 	@$(PY) tools/setup_cell.py --write
 	@$(PY) tools/exercise_page.py
-	@$(PY) tools/zh_notebooks.py --write
+	@$(PY) tools/i18n notebooks --write
 endif
 	@$(PY) tools/build_book.py
 	@echo "Preview: $(PY) -m http.server -d _build/html  (then open http://127.0.0.1:8000)"
 
-# After a change to the English text: extract the pages' messages and merge them into
-# locales/zh_CN (new ones untranslated, changed ones fuzzy); commit the catalogs with the change
-# (tools/zh_messages.py; `tools/zh_messages.py check` lists what the translated pages miss),
-# and rewrite the Chinese notebooks zh/chapters and zh/exercises from them (tools/zh_notebooks.py).
-# The explorers' words (widgets.po) are collected from the built English edition: make book first.
+# After a change to the English text: extract the pages' messages and merge them into every
+# language's locales/<code> (new ones untranslated, changed ones fuzzy); commit the catalogs with
+# the change (tools/i18n/messages.py; `tools/i18n messages check` lists what the finished
+# translations miss), and rewrite each edition's notebooks <folder>/chapters and
+# <folder>/exercises from them (tools/i18n/notebooks.py). The explorers' words (widgets.po)
+# are collected from the built English edition: make book first.
 locales: $(STAMP)
-	@$(PY) tools/zh_messages.py update
-	@$(PY) tools/zh_notebooks.py --write
+	@$(PY) tools/i18n messages update
+	@$(PY) tools/i18n notebooks --write
 
 # The course's models are tiny, and PyTorch's two threads per process slow down many times
 # over when the other core is busy (measured: training the reversal model took over 300 s

@@ -21,11 +21,11 @@ BOOK_OK = build_book.OK  # written by the build (`make book`) when it succeeds
 
 # What a build depends on: if any of it is newer than the last successful build, that is stale.
 # `make book` rewrites the setup cells with tools/setup_cell.py and builds with
-# tools/build_book.py (the Chinese edition's config: tools/zh_config.py, its catalogs: locales);
-# _ext holds the book's Sphinx extension.
+# tools/build_book.py (the translated editions' configs: tools/i18n, their catalogs: locales);
+# _ext holds the book's Sphinx extensions.
 _SOURCES = ["_config.yml", "_toc.yml", "intro.md", "chapters", "appendix", "_assets", "_ext",
             "tools/setup_cell.py", "tools/build_book.py", "tools/release.py", "transformer_lib",
-            "tools/zh_config.py", "locales"]
+            "tools/i18n", "locales"]
 
 
 def config() -> dict:

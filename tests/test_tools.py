@@ -90,22 +90,33 @@ def test_failure_summary_of_a_build_that_only_warned(tmp_path):
 
 
 def test_ext_holds_only_the_books_sphinx_extensions():
-    import zh_config
+    from i18n import editions
 
-    # The Chinese edition's config is _config.yml's plus its search (tools/zh_config.py).
-    config = zh_config.edition_config("zh")
-    local = config["sphinx"]["local_extensions"]
+    # Every edition loads the same extensions, the language-specific ones included (they act
+    # on the edition's entry of book_languages): tools/i18n/editions.py.
     in_ext = sorted(p.stem for p in (ROOT / "_ext").glob("*.py"))
-    assert in_ext == sorted(name for name, folder in local.items()
-                            if folder == str(ROOT / "_ext"))
+    for kind in editions.kinds():
+        local = editions.edition_config(kind)["sphinx"]["local_extensions"]
+        assert in_ext == sorted(name for name, folder in local.items()
+                                if folder == str(ROOT / "_ext")), kind
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "tools").glob("*.py")))
+_I18N_COMMANDS = ("config", "messages", "notebooks", "fonts")
+
+
+@pytest.mark.parametrize("script", [*sorted(p.name for p in (ROOT / "tools").glob("*.py")),
+                                    *(f"i18n {command}" for command in _I18N_COMMANDS), "i18n"])
 def test_tool_runs_as_a_script(script):
-    result = subprocess.run([sys.executable, f"tools/{script}", "--help"], cwd=ROOT,
+    result = subprocess.run([sys.executable, *f"tools/{script}".split(), "--help"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage:")
+
+
+def test_i18n_names_a_command_it_does_not_have():
+    result = subprocess.run([sys.executable, "tools/i18n", "translate"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "config,messages,notebooks,fonts" in result.stderr
 
 
 # The setup cell ------------------------------------------------------------------------------

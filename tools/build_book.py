@@ -2,14 +2,16 @@
 
     python tools/build_book.py
 
-Builds both editions with ``jupyter-book build . --all -W -n --keep-going``: every page is
-rebuilt and warnings are errors. The English edition is built into ``_build/html``, every
-notebook executed into an execute cache emptied first (so a change in ``transformer_lib`` alone
-shows up); the Chinese edition (``tools/zh_config.py zh``: the translations of
-``locales/zh_CN``) is then built from the same notebooks, reusing the executed ones from the
-cache, and copied to ``_build/html/zh``. ``--edition en`` builds the English one alone;
-``--edition zh`` the Chinese one alone, from the last English build's cache (after a change
-to the translations only; it leaves ``_build/book.ok`` as it was). The
+Builds every edition (``book_languages`` in ``_config.yml``) with ``jupyter-book build . --all
+-W -n --keep-going``: every page is rebuilt and warnings are errors. The source (English)
+edition is built into ``_build/html``, every notebook executed into an execute cache emptied
+first (so a change in ``transformer_lib`` alone shows up), as many at once as there are cores
+(``tools/execute_notebooks.py``); each translated edition (its config
+from ``tools/i18n/editions.py``: the translations of ``locales/<code>``) is then built from the
+same notebooks, reusing the executed ones from the cache, and copied to
+``_build/html/<folder>``. ``--edition en`` builds the English one alone; ``--edition zh`` (a
+translated edition's folder) that one alone, from the last English build's cache (after a
+change to the translations only; it leaves ``_build/book.ok`` as it was). The
 whole output goes to ``_build/book.log``. On success ``_build/book.ok`` is written (the book
 tests reuse a build that is newer than its sources) and the time each edition took is printed.
 On failure the script prints the Sphinx warnings and errors, the notebook that failed with
@@ -27,8 +29,7 @@ import time
 from pathlib import Path
 
 from execute_notebooks import execute_into_cache
-
-import zh_config
+from i18n import editions, languages
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "_build"
@@ -36,9 +37,9 @@ LOG = BUILD / "book.log"
 OK = BUILD / "book.ok"
 INDEX = BUILD / "html" / "index.html"
 REPORTS = BUILD / "html" / "reports"  # myst-nb's execution reports, if the build got that far
-CONFIGS = BUILD / "configs"  # the generated configs of both editions (tools/zh_config.py)
-ZH_BUILD = BUILD / "zh"  # jupyter-book's own output folder of the Chinese edition
-ZH_HTML = INDEX.parent / zh_config.ZH_FOLDER  # where the Chinese edition is published
+CONFIGS = BUILD / "configs"  # the generated configs of the editions (tools/i18n/editions.py)
+# A translated edition is built in BUILD / <folder> (jupyter-book's own output folder) and
+# published in INDEX.parent / <folder>.
 
 BUILD_ARGS = ["build", ".", "--all", "-W", "-n", "--keep-going"]
 MAX_WARNINGS = 30  # lines of Sphinx warnings and errors shown
@@ -126,13 +127,13 @@ def _failed(status: int) -> int:
     return status
 
 
-def serve_chinese_notebooks(html: Path, notebooks: Path = ROOT / zh_config.ZH_FOLDER) -> int:
-    """Put the Chinese notebooks (tools/zh_notebooks.py) where the Chinese pages' download
-    button finds its notebook, ``_sources/<page>.ipynb``, in place of the English one.
+def serve_edition_notebooks(html: Path, notebooks: Path) -> int:
+    """Put a translated edition's notebooks (tools/i18n/notebooks.py) where its pages'
+    download button finds its notebook, ``_sources/<page>.ipynb``, in place of the source's.
 
     Args:
-        html: the Chinese edition's HTML folder.
-        notebooks: the folder of the Chinese notebooks (``zh`` in the repository).
+        html: the edition's HTML folder.
+        notebooks: the folder of the edition's notebooks (its ``folder`` in the repository).
 
     Returns:
         How many notebooks were put in place.
@@ -146,57 +147,99 @@ def serve_chinese_notebooks(html: Path, notebooks: Path = ROOT / zh_config.ZH_FO
     return count
 
 
-def build(editions: tuple[str, ...] = ("en", "zh")) -> int:
+def build_source() -> int:
+    """Build the source edition into ``_build/html``, every notebook executed into an
+    emptied execute cache that the translated editions then reuse; log to ``LOG`` (afresh).
+
+    Returns:
+        The build's exit status.
+    """
+    shutil.rmtree(editions.CACHE, ignore_errors=True)  # every notebook executed once, afresh
+    print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
+    start = time.monotonic()
+    LOG.write_text("", encoding="utf-8")
+    execute_into_cache(editions.CACHE, output=LOG)  # all cores; a failure: see the build
+    print(f"Notebooks executed in {time.monotonic() - start:.0f} s", flush=True)
+    source = languages.source()
+    config = editions.write(source.edition, CONFIGS / f"{source.edition}.yml")
+    status = _run([*BUILD_ARGS, "--config", str(config)], LOG, "a")
+    if status == 0:
+        print(f"{source.label} edition built in {time.monotonic() - start:.0f} s: {INDEX}",
+              flush=True)
+    return status
+
+
+def build_translation(language: languages.Language, log_mode: str) -> int:
+    """Build one translated edition from the source edition's executed notebooks and publish
+    it in ``_build/html/<folder>`` with its own notebooks as downloads.
+
+    Args:
+        language: the edition's language.
+        log_mode: ``"a"`` to append to ``LOG``, ``"w"`` to start it.
+
+    Returns:
+        The build's exit status.
+    """
+    start = time.monotonic()
+    config = editions.write(language.edition, CONFIGS / f"{language.edition}.yml")
+    out = BUILD / language.folder
+    status = _run([*BUILD_ARGS, "--config", str(config), "--path-output", str(out)],
+                  LOG, log_mode)
+    if status != 0:
+        return status
+    published = INDEX.parent / language.folder
+    shutil.rmtree(published, ignore_errors=True)
+    shutil.copytree(out / "_build" / "html", published)
+    serve_edition_notebooks(published, ROOT / language.folder)
+    print(f"{language.label} edition ({language.code}) built in "
+          f"{time.monotonic() - start:.0f} s: {published / INDEX.name}", flush=True)
+    return 0
+
+
+def build(chosen: tuple[str, ...] | None = None) -> int:
     """Run the builds, log to ``LOG``, write ``OK`` on success; returns the first failing
     build's exit status, else 0.
 
     Args:
-        editions: ``("en", "zh")``, ``("en",)``, or ``("zh",)``: the English edition executes
-            the notebooks into the cache that the Chinese one reuses, so the Chinese edition
-            alone (a translation's quick check) needs an English build before it.
+        chosen: editions by name (``Language.edition``: ``"en"``, ``"zh"``), default every
+            edition. The source edition executes the notebooks into the cache that the
+            translated ones reuse, so a translated edition alone (a translation's quick check)
+            needs a source build before it.
     """
+    every = tuple(language.edition for language in languages.languages())
+    chosen = every if chosen is None else chosen
     BUILD.mkdir(exist_ok=True)
-    if "en" in editions:
+    source = every[0]
+    if source in chosen:
         OK.unlink(missing_ok=True)
-        shutil.rmtree(zh_config.CACHE, ignore_errors=True)  # every notebook executed once, afresh
-        print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
-        start = time.monotonic()
-        LOG.write_text("", encoding="utf-8")
-        execute_into_cache(zh_config.CACHE, output=LOG)  # all cores; a failure: see the build
-        print(f"Notebooks executed in {time.monotonic() - start:.0f} s", flush=True)
-        english = zh_config.write("en", CONFIGS / "en.yml")
-        status = _run([*BUILD_ARGS, "--config", str(english)], LOG, "a")
+        status = build_source()
         if status != 0:
             return _failed(status)
-        print(f"English edition built in {time.monotonic() - start:.0f} s: {INDEX}", flush=True)
-    elif not zh_config.CACHE.exists():
-        print("the Chinese edition reuses the English one's executed notebooks: build both "
+    elif not editions.CACHE.exists():
+        print("a translated edition reuses the English one's executed notebooks: build both "
               "(make book) first")
         return 2
-    if "zh" in editions:
-        start = time.monotonic()
-        chinese = zh_config.write("zh", CONFIGS / "zh.yml")
-        status = _run([*BUILD_ARGS, "--config", str(chinese), "--path-output", str(ZH_BUILD)],
-                      LOG, "a" if "en" in editions else "w")
-        if status != 0:
-            return _failed(status)
-        shutil.rmtree(ZH_HTML, ignore_errors=True)
-        shutil.copytree(ZH_BUILD / "_build" / "html", ZH_HTML)
-        serve_chinese_notebooks(ZH_HTML)
-        print(f"Chinese edition built in {time.monotonic() - start:.0f} s: "
-              f"{ZH_HTML / INDEX.name}")
-    if editions == ("en", "zh"):
+    log_mode = "a" if source in chosen else "w"
+    for language in languages.translations():
+        if language.edition in chosen:
+            status = build_translation(language, log_mode)
+            if status != 0:
+                return _failed(status)
+            log_mode = "a"
+    if set(chosen) == set(every):
         OK.touch()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    every = tuple(language.edition for language in languages.languages())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--edition", choices=("all", "en", "zh"), default="all",
-                        help="en: the English edition alone; zh: the Chinese one alone, from "
-                             "the notebooks the last English build executed (default: both)")
+    parser.add_argument("--edition", choices=("all", *every), default="all",
+                        help=f"{every[0]}: the English edition alone; a translated edition's "
+                             "folder: that one alone, from the notebooks the last English "
+                             "build executed (default: every edition)")
     args = parser.parse_args(argv)
-    return build({"all": ("en", "zh"), "en": ("en",), "zh": ("zh",)}[args.edition])
+    return build(None if args.edition == "all" else (args.edition,))
 
 
 if __name__ == "__main__":

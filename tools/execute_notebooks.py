@@ -7,7 +7,7 @@ build of the book keeps one core busy while the notebooks run. This script runs 
 ``--workers`` kernels at once (default: the number of cores), exactly as myst-nb's ``cache``
 mode would (each in its own folder, the same timeout, no error allowed), and stores every
 notebook that ran without error in the execute cache that the build then reads
-(``tools/zh_config.py``'s ``CACHE``: the configs of every edition point myst-nb at it). The
+(``tools/i18n/editions.py``'s ``CACHE``: the configs of every edition point myst-nb at it). The
 build finds each page's outputs there and executes nothing; a notebook that failed here is
 not stored, so the build executes it again itself and reports the failing cell in its log as
 it always has. ``tools/build_book.py`` calls :func:`execute_into_cache` after emptying the
@@ -130,14 +130,14 @@ def execute_into_cache(cache_path: Path, notebooks: list[Path] | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    import zh_config
+    from i18n import editions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None,
                         help="kernels at once (default: the number of cores)")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    done = execute_into_cache(zh_config.CACHE, workers=args.workers)
+    done = execute_into_cache(editions.CACHE, workers=args.workers)
     print(f"{len(done)} notebooks executed in {time.monotonic() - start:.0f} s")
     return 0 if len(done) == len(toc_notebooks()) else 1
 

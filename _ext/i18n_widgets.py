@@ -1,12 +1,12 @@
-"""The explorers' own text in the Chinese edition: captions, control names, option labels.
+"""The explorers' own text in a translated edition: captions, control names, option labels.
 
 An explorer's words are not in the page's Markdown but in the saved state of its widgets,
 which the executed notebook carries and the page embeds as a ``<script type="application/
-vnd.jupyter.widget-state+json">``. The Chinese edition reuses the English edition's executed
-notebooks, so that state is English. This extension translates it as each Chinese page is
-written, from one catalog, ``locales/zh_CN/LC_MESSAGES/widgets.po``, whose messages are the
-exact strings of the English pages' widget states (``tools/zh_messages.py update`` extracts
-them from the built English edition).
+vnd.jupyter.widget-state+json">``. A translated edition reuses the source edition's executed
+notebooks, so that state is English. This extension translates it as each page of a
+translated edition is written, from one catalog, ``locales/<code>/LC_MESSAGES/widgets.po``,
+whose messages are the exact strings of the source pages' widget states (``python tools/i18n
+messages update`` extracts them from the built source edition).
 
 What is translated (``widget_texts``): a widget's ``description``, ``placeholder`` and
 ``tooltip``; an accordion's or tab's titles; a menu's or selection slider's option labels; the
@@ -24,7 +24,7 @@ from typing import Any
 
 STATE_TYPE = "application/vnd.jupyter.widget-state+json"
 FRAME_CLASS = "explorer-frame"  # transformer_lib.widgets.frames.FRAME_CLASS
-CATALOG = Path("locales") / "zh_CN" / "LC_MESSAGES" / "widgets.po"
+CATALOG = "widgets.po"  # in each language's LC_MESSAGES (tools/i18n/messages.py, WIDGETS)
 
 _TEXT_MODELS = ("HTMLModel", "HTMLMathModel", "LabelModel")
 _SINGLE = ("description", "placeholder", "tooltip")
@@ -114,7 +114,9 @@ def load_catalog(path: Path) -> dict[str, str]:
 
 def _translate_page(app: Any, pagename: str, templatename: str, context: dict,
                     doctree: Any) -> None:
-    translations = app.zh_widget_translations
+    translations = getattr(app, "i18n_widget_translations", None)
+    if not translations:
+        return
     for script in context.get("script_files") or []:
         attributes = getattr(script, "attributes", None) or {}
         if attributes.get("type") != STATE_TYPE or not attributes.get("body"):
@@ -126,10 +128,18 @@ def _translate_page(app: Any, pagename: str, templatename: str, context: dict,
 
 
 def _load(app: Any) -> None:
-    app.zh_widget_translations = load_catalog(Path(app.srcdir) / CATALOG)
+    """The translations of this edition's explorers' words (none in the source edition)."""
+    from i18n_editions import edition_of
+
+    _, translated = edition_of(app.config)
+    app.i18n_widget_translations = {}
+    for folder in app.config.locale_dirs if translated else ():
+        path = Path(app.srcdir) / folder / app.config.language / "LC_MESSAGES" / CATALOG
+        app.i18n_widget_translations.update(load_catalog(path))
 
 
 def setup(app: Any) -> dict:
+    app.setup_extension("i18n_editions")  # the list of languages
     app.connect("builder-inited", _load)
     # After myst-nb has added the page's widget state (default priority), before the book's
     # duplicate-script filter (900).

@@ -1,58 +1,59 @@
-"""The Chinese notebooks for Colab, Binder and download, written from the English ones.
+"""The translated editions' notebooks for Colab, Binder and download, written from the
+source ones.
 
-    python tools/zh_notebooks.py --write   # write zh/chapters/*.ipynb and zh/exercises/*.ipynb
-    python tools/zh_notebooks.py --check   # exit 1 and list the notebooks that are stale
+    python tools/i18n notebooks --write   # write <folder>/chapters and <folder>/exercises
+    python tools/i18n notebooks --check   # exit 1 and list the notebooks that are stale
 
-The Chinese edition's pages are built from the English notebooks and the catalogs of
-``locales/zh_CN``; a reader who opens a Chinese page in Colab, in Binder or as a download
-should get the same text. This script writes, for every chapter, ``zh/chapters/<name>.ipynb``
-from ``chapters/<name>.ipynb`` and ``zh/exercises/<name>.ipynb`` from the student copy
-``exercises/<name>.ipynb``: every Markdown cell with each translated message of the chapter's
-catalog put in place of its English text (a message is found across the cell's line breaks
-and indentation); code cells, outputs and metadata are left exactly as they are, so a student
-copy keeps the chapter id the grader reads, and the code is byte for byte the English one
-(CI executes the English notebooks only). Messages without a translation, fuzzy ones and
-display math stay English. The folder ``zh/`` lies outside ``chapters/``, so nbval does not
-collect it.
+A translated edition's pages are built from the source notebooks and the catalogs of
+``locales/<code>``; a reader who opens one of its pages in Colab, in Binder or as a download
+should get the same text. For every translated language and every chapter, this writes
+``<folder>/chapters/<name>.ipynb`` from ``chapters/<name>.ipynb`` and
+``<folder>/exercises/<name>.ipynb`` from the student copy ``exercises/<name>.ipynb``: every
+Markdown cell with each translated message of the chapter's catalog put in place of its
+English text (a message is found across the cell's line breaks and indentation), and the
+student copies' exercise headings in the language's words (its entry's ``exercise``); code
+cells, outputs and metadata are left exactly as they are, so a student copy keeps the
+chapter id the grader reads, and the code is byte for byte the source's (CI executes the
+source notebooks only). Messages without a translation, fuzzy ones and display math stay
+English. The folders lie outside ``chapters/``, so nbval does not collect them.
 
-The Chinese edition's launch buttons open these notebooks (``repository.path_to_book: zh`` in
-the config of ``tools/zh_config.py``), and ``tools/build_book.py`` serves them as the pages'
-downloads. ``tests/test_zh.py`` checks that regenerating them changes nothing.
+A translated edition's launch buttons open these notebooks (``repository.path_to_book`` in
+the config of ``tools/i18n/editions.py``), and ``tools/build_book.py`` serves them as the
+pages' downloads. ``tests/test_i18n.py`` checks that regenerating them changes nothing.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 from babel.messages.pofile import read_po
 
-import zh_messages
+from i18n import languages, messages
+from i18n.languages import ROOT, Language
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "zh"
 SOURCES = ("chapters", "exercises")
 
 
-def translations(page: str) -> list[tuple[str, str]]:
+def translations(page: str, language: Language) -> list[tuple[str, str]]:
     """The usable translations of a page's catalog, longest English text first.
 
     Args:
         page: the page's path without suffix, e.g. ``chapters/01_attention``.
+        language: a translated edition's language.
 
     Returns:
-        ``(english, chinese)`` pairs: translated, not fuzzy, not display math, and different
-        from the English (so that a message kept as it is, such as ``B``, is not searched for).
+        ``(english, translated)`` pairs: translated, not fuzzy, not display math, and
+        different from the English (so that a message kept as it is, such as ``B``, is not
+        searched for).
     """
-    path = zh_messages.catalog(page)
+    path = messages.catalog(page, language.catalogs)
     if not path.exists():
         return []
     with path.open("rb") as f:
-        messages = [m for m in read_po(f) if m.id and m.string and not m.fuzzy]
-    pairs = [(m.id, m.string) for m in messages
-             if m.string != m.id and not zh_messages._DISPLAY_MATH.search(m.id)]
+        usable = [m for m in read_po(f) if m.id and m.string and not m.fuzzy]
+    pairs = [(m.id, m.string) for m in usable
+             if m.string != m.id and not messages.DISPLAY_MATH.search(m.id)]
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 
 
@@ -104,8 +105,8 @@ def translate_markdown(source: str, pairs: list[tuple[str, str]]) -> str:
     out = []
     for is_code, text in _segments(source):
         if not is_code:
-            for english, chinese in pairs:
-                text = _pattern(english).sub(lambda _match, zh=chinese: zh, text)
+            for english, translated in pairs:
+                text = _pattern(english).sub(lambda _match, new=translated: new, text)
         out.append(text)
     return "".join(out)
 
@@ -114,44 +115,55 @@ def translate_markdown(source: str, pairs: list[tuple[str, str]]) -> str:
 _EXERCISE_HEAD = re.compile(r"^\*\*Exercise (\d+)(?: \((.*)\))?\*\*", re.M)
 
 
-def _exercise_head(match: re.Match) -> str:
-    title = f"（{match.group(2)}）" if match.group(2) else ""
-    return f"**练习 {match.group(1)}{title}**"
+def exercise_heading(match: re.Match, language: Language) -> str:
+    """A student copy's exercise heading in the language's words (its entry's ``exercise``:
+    ``heading`` and ``titled``); the heading as it is when the entry gives none."""
+    number, title = match.group(1), match.group(2)
+    template = language.exercise.get("titled" if title else "heading")
+    if not template:
+        return match.group(0)
+    return "**" + template.format(number=number, title=title) + "**"
 
 
-def translated_notebook(path: Path, page: str) -> str:
-    """The text of the Chinese copy of the notebook at ``path``.
+def translated_notebook(path: Path, page: str, language: Language) -> str:
+    """The text of the translated copy of the notebook at ``path``.
 
     Args:
-        path: an English notebook (a chapter or its student copy).
+        path: a source notebook (a chapter or its student copy).
         page: the chapter's page, whose catalog translates it.
+        language: a translated edition's language.
 
     Returns:
         The notebook's JSON, written as the English notebooks are (indent 1, UTF-8, final
         line break).
     """
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    pairs = translations(page)
+    pairs = translations(page, language)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             text = translate_markdown("".join(cell["source"]), pairs)
-            text = _EXERCISE_HEAD.sub(_exercise_head, text)
+            text = _EXERCISE_HEAD.sub(lambda match: exercise_heading(match, language), text)
             cell["source"] = text.splitlines(keepends=True)
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
 def targets() -> dict[Path, str]:
-    """Every Chinese notebook this script writes, with its text."""
+    """Every translated notebook this module writes, with its text."""
     found = {}
-    for folder in SOURCES:
-        for path in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
-            page = f"chapters/{path.stem}"
-            found[OUT / folder / path.name] = translated_notebook(path, page)
+    for language in languages.translations():
+        for folder in SOURCES:
+            for path in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+                page = f"chapters/{path.stem}"
+                found[ROOT / language.folder / folder / path.name] = translated_notebook(
+                    path, page, language)
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tools/i18n notebooks",
+                                     description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")
@@ -164,11 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text, encoding="utf-8")
     if args.check and stale:
-        print("stale (run python tools/zh_notebooks.py --write):\n" + "\n".join(stale))
+        print("stale (run python tools/i18n notebooks --write):\n" + "\n".join(stale))
         return 1
     print(f"{len(stale)} written" if args.write else "up to date")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
