@@ -9,6 +9,18 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 
+# The equality ledger (tests/ledger_plugin.py): the `ledger` fixture of the tests marked
+# `equality`, and the hooks that check them.
+from ledger_plugin import (  # noqa: F401
+    ledger,
+    pytest_configure,
+    pytest_runtest_call,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+    pytest_sessionfinish,
+    reference_loaded,
+)
+
 # The device of the tests marked `gpu` (tests/test_gpu.py): CUDA, unless
 # TRANSFORMER_LIB_TEST_DEVICE names another (e.g. "cpu", to run their logic on a machine
 # without a GPU).
@@ -54,7 +66,9 @@ def randomize_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
 
 def require(package: str):
     """Import ``package`` for a reference comparison. Outside CI a missing package skips the
-    test with the reason; in CI (``CI`` set) it fails, so reference tests can never be skipped."""
+    test with the reason; in CI (``CI`` set) it fails, so reference tests can never be skipped.
+    A test that calls it is a comparison: it must be marked ``equality`` (tests/ledger_plugin.py)."""
+    reference_loaded(package)
     try:
         return importlib.import_module(package)
     except ImportError:
