@@ -55,6 +55,7 @@ COMPLETE: tuple[str, ...] = (
     "chapters/09_attention_variants",
     "appendix/notation", "appendix/glossary", "appendix/references",
     "appendix/interactive_figures", "appendix/exercise_notebooks", "appendix/instructors",
+    "appendix/ledger",
 )
 
 # Inline math in a message: $...$ (not $$), or MyST's {math}`...` role.
