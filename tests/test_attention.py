@@ -24,24 +24,34 @@ from conftest import randomize_
 ATOL = 1e-5
 
 
-def test_matches_torch_sdpa_with_and_without_mask():
+SDPA = "F.scaled_dot_product_attention"
+MHA = "nn.MultiheadAttention"
+WRITTEN_OUT = "softmax(s q kᵀ) v written out in the test"
+
+
+@pytest.mark.equality
+def test_matches_torch_sdpa_with_and_without_mask(ledger):
     q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8)
     v = torch.randn(2, 3, 7, 6)  # Dv differs from D (claim C1)
     out, w = scaled_dot_product_attention(q, k, v)
-    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=ATOL)
+    ledger.check("attention output, Dv != D", ledger.torch(SDPA), out,
+                 F.scaled_dot_product_attention(q, k, v), tol=ATOL)
     assert torch.allclose(w.sum(-1), torch.ones(2, 3, 5), atol=1e-6)  # claim C2
     mask = torch.rand(2, 1, 5, 7) > 0.3
     mask[..., 0] = True  # every query sees at least one key
     out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
     # F.scaled_dot_product_attention's boolean attn_mask uses the same convention: True = attend.
-    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=ATOL)
+    ledger.check("attention output with a boolean mask", ledger.torch(SDPA), out,
+                 F.scaled_dot_product_attention(q, k, v, attn_mask=mask), tol=ATOL)
 
 
-def test_scale_uses_head_dim():
+@pytest.mark.equality
+def test_scale_uses_head_dim(ledger):
     q, k, v = torch.randn(1, 4, 64), torch.randn(1, 6, 64), torch.randn(1, 6, 64)
     _, w = scaled_dot_product_attention(q, k, v)
     expected = torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1)  # √64 = 8 (claim C1)
-    assert torch.allclose(w, expected, atol=1e-6)
+    ledger.check("attention weights, scale 1/√64", "softmax(q kᵀ / 8) written out", w, expected,
+                 tol=1e-6)
 
 
 def test_masked_positions_get_exactly_zero_weight():
@@ -77,11 +87,13 @@ def test_repeat_kv_interleaves_heads():
     assert repeat_kv(x, 1) is x
 
 
-def test_gqa_matches_torch_sdpa_enable_gqa():
+@pytest.mark.equality
+def test_gqa_matches_torch_sdpa_enable_gqa(ledger):
     q, k, v = torch.randn(2, 8, 5, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
     ours, _ = scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), mask=causal_mask(5))
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    assert torch.allclose(ours, ref, atol=ATOL)
+    ledger.check("repeat_kv then attention, 8 query / 2 kv heads, causal",
+                 ledger.torch(SDPA + "(enable_gqa=True)"), ours, ref, tol=ATOL)
 
 
 def _from_torch_mha(ref: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -102,43 +114,52 @@ def mha_pair():
     return ref, _from_torch_mha(ref).eval()
 
 
-def test_mha_self_attention_matches_torch(mha_pair):
+@pytest.mark.equality
+def test_mha_self_attention_matches_torch(mha_pair, ledger):
     ref, ours = mha_pair
     x = torch.randn(2, 6, 32)
     expected, ref_w = ref(x, x, x, average_attn_weights=False)
-    assert torch.allclose(ours(x), expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, self-attention", ledger.torch(MHA), ours(x), expected,
+                 tol=ATOL)
     assert ours.last_weights.shape == (2, 4, 6, 6)
-    assert torch.allclose(ours.last_weights, ref_w, atol=1e-6)
+    ledger.check("MultiHeadAttention weights per head", ledger.torch(MHA), ours.last_weights,
+                 ref_w, tol=1e-6)
 
 
-def test_mha_cross_attention_matches_torch(mha_pair):
+@pytest.mark.equality
+def test_mha_cross_attention_matches_torch(mha_pair, ledger):
     ref, ours = mha_pair
     x, memory = torch.randn(2, 5, 32), torch.randn(2, 9, 32)
     expected, _ = ref(x, memory, memory)
-    assert torch.allclose(ours(x, memory), expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, cross-attention", ledger.torch(MHA), ours(x, memory),
+                 expected, tol=ATOL)
     assert ours.last_weights.shape == (2, 4, 5, 9)
 
 
-def test_mha_key_padding_matches_torch(mha_pair):
+@pytest.mark.equality
+def test_mha_key_padding_matches_torch(mha_pair, ledger):
     ref, ours = mha_pair
     x = torch.randn(2, 6, 32)
     pad = torch.zeros(2, 6, dtype=torch.bool)
     pad[0, 4:] = True  # torch convention: True = padding, ignore
     expected, _ = ref(x, x, x, key_padding_mask=pad)
     got = ours(x, mask=~pad[:, None, None, :])  # ours: True = may attend
-    assert torch.allclose(got, expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, key padding", ledger.torch(MHA), got, expected, tol=ATOL)
     assert (ours.last_weights[0, :, :, 4:] == 0).all()
 
 
-def test_mha_causal_matches_torch(mha_pair):
+@pytest.mark.equality
+def test_mha_causal_matches_torch(mha_pair, ledger):
     ref, ours = mha_pair
     x = torch.randn(2, 6, 32)
     torch_mask = nn.Transformer.generate_square_subsequent_mask(6)  # float, -inf above diagonal
     expected, _ = ref(x, x, x, attn_mask=torch_mask)
-    assert torch.allclose(ours(x, mask=causal_mask(6)), expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, causal mask", ledger.torch(MHA), ours(x, mask=causal_mask(6)),
+                 expected, tol=ATOL)
 
 
-def test_mha_gqa_equals_explicit_reference():
+@pytest.mark.equality
+def test_mha_gqa_equals_explicit_reference(ledger):
     attn = randomize_(MultiHeadAttention(32, 8, n_kv_heads=2, bias=False)).eval()
     assert attn.k_proj.weight.shape == (8, 32)  # H_kv * D = 2 * 4
     x = torch.randn(2, 5, 32)
@@ -147,10 +168,12 @@ def test_mha_gqa_equals_explicit_reference():
     v = attn.v_proj(x).view(2, 5, 2, 4).transpose(1, 2)
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     expected = attn.o_proj(o.transpose(1, 2).reshape(2, 5, 32))
-    assert torch.allclose(attn(x, mask=causal_mask(5)), expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, GQA 8/2, causal", ledger.torch(SDPA + "(enable_gqa=True)"),
+                 attn(x, mask=causal_mask(5)), expected, tol=ATOL)
 
 
-def test_mqa_single_kv_head_matches_torch_sdpa():
+@pytest.mark.equality
+def test_mqa_single_kv_head_matches_torch_sdpa(ledger):
     """Multi-query attention: one key/value head shared by 4 query heads, here as
     cross-attention with a padding mask, against F.scaled_dot_product_attention."""
     attn = randomize_(MultiHeadAttention(16, 4, n_kv_heads=1)).eval()
@@ -163,7 +186,9 @@ def test_mqa_single_kv_head_matches_torch_sdpa():
     v = attn.v_proj(memory).view(2, 6, 1, 4).transpose(1, 2)  # (B, 1, S, D)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)  # (B, H, T, D)
     expected = attn.o_proj(o.transpose(1, 2).reshape(2, 3, 16))  # (B, T, C)
-    assert torch.allclose(attn(x, memory, mask=keep), expected, atol=ATOL)
+    ledger.check("MultiHeadAttention, MQA 4/1, cross-attention with padding",
+                 ledger.torch(SDPA + "(enable_gqa=True)"), attn(x, memory, mask=keep), expected,
+                 tol=ATOL)
 
 
 def test_dropout_only_in_training():
@@ -228,21 +253,26 @@ def test_bad_causal_mask_sizes_are_rejected():
         causal_mask(5, 3)
 
 
-def test_fp64_attention_keeps_fp64_precision():
+@pytest.mark.equality
+def test_fp64_attention_keeps_fp64_precision(ledger):
     q, k, v = (torch.randn(2, 6, 16, dtype=torch.float64) for _ in range(3))
     out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(6))
     scores = (q @ k.transpose(-1, -2) / 4.0).masked_fill(~causal_mask(6), float("-inf"))
     assert w.dtype == torch.float64
-    assert (w - torch.softmax(scores, -1)).abs().max() < 1e-14
-    assert (out - torch.softmax(scores, -1) @ v).abs().max() < 1e-13
+    ledger.check("causal attention weights", "softmax of the masked scores written out", w,
+                 torch.softmax(scores, -1), tol=1e-14)
+    ledger.check("causal attention output", "softmax of the masked scores written out", out,
+                 torch.softmax(scores, -1) @ v, tol=1e-13)
 
 
-def test_half_precision_softmax_runs_in_fp32():
+@pytest.mark.equality
+def test_half_precision_softmax_runs_in_fp32(ledger):
     q = (20 * torch.randn(1, 4, 8)).to(torch.bfloat16)
     out, w = scaled_dot_product_attention(q, q, q)
     assert w.dtype == out.dtype == torch.bfloat16
     ref = torch.softmax((q.float() @ q.float().transpose(-1, -2)) / 8 ** 0.5, -1)
-    assert (w.float() - ref).abs().max() < 2e-2  # bf16 has ~3 significant digits
+    ledger.check("attention weights of bf16 inputs", "fp32 softmax written out", w, ref,
+                 tol=2e-2)  # bf16 has ~3 significant digits
 
 
 # ---- one dispatch table: every entry computes the same attention --------------------------
@@ -309,15 +339,16 @@ def case_inputs(T, S, padding, causal, H=6, H_kv=3, D=8, Dv=8):
 
 @pytest.mark.parametrize("heads", [(6, 6), (6, 3), (6, 1)], ids=["MHA", "GQA", "MQA"])
 @pytest.mark.parametrize("name, T, S, padding, causal", CASES, ids=[c[0] for c in CASES])
-def test_every_entry_equals_the_reference(name, T, S, padding, causal, heads):
+@pytest.mark.equality
+def test_every_entry_equals_the_reference(name, T, S, padding, causal, heads, ledger):
     q, k, v, mask, keep = case_inputs(T, S, padding, causal, H=heads[0], H_kv=heads[1])
     expected, expected_w = reference_attention(q, k, v, keep, 8 ** -0.5)
     for implementation, attend in ATTENTION_FUNCTIONS.items():
         out, weights = attend(q, k, v, mask, causal=causal, need_weights=True)
         assert out.shape == expected.shape, implementation
-        assert (out - expected).abs().max().item() <= 1e-12, implementation
+        ledger.check(f"{implementation} output", WRITTEN_OUT, out, expected, tol=1e-12)
         if implementation == "eager":
-            assert (weights - expected_w).abs().max().item() <= 1e-12
+            ledger.check("eager weights", WRITTEN_OUT, weights, expected_w, tol=1e-12)
         else:
             assert weights is None  # these never form the weights
     blocked = ~keep.any(dim=-1)  # (B, H, T): queries that see no key
@@ -415,20 +446,23 @@ def test_batched_prefill_with_left_padding_has_no_nan_on_sdpa_before_2_5(monkeyp
 
 
 @pytest.mark.parametrize("implementation", ATTN_IMPLEMENTATIONS)
-def test_values_of_another_width_and_a_custom_scale(implementation):
+@pytest.mark.equality
+def test_values_of_another_width_and_a_custom_scale(implementation, ledger):
     q, k, v, mask, keep = case_inputs(5, 11, "keys", True, H=4, H_kv=2, D=8, Dv=5)
     expected, _ = reference_attention(q, k, v, keep, 0.3)
     out, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, causal=True, scale=0.3)
     assert out.shape == (2, 4, 5, 5)
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("output, Dv = 5, scale 0.3", WRITTEN_OUT, out, expected, tol=1e-12)
     default, _ = ATTENTION_FUNCTIONS[implementation](q, k, v, mask, causal=True)
     assert (default - out).abs().max().item() > 1e-3  # the scale is used, not D ** -0.5
 
 
-def test_the_public_reference_takes_a_scale():
+@pytest.mark.equality
+def test_the_public_reference_takes_a_scale(ledger):
     q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
     _, w = scaled_dot_product_attention(q, k, v, None, 0.0, 0.5)
-    assert torch.allclose(w, torch.softmax(0.5 * q @ k.transpose(-1, -2), dim=-1), atol=1e-6)
+    ledger.check("attention weights, scale 0.5", "softmax(0.5 q kᵀ) written out", w,
+                 torch.softmax(0.5 * q @ k.transpose(-1, -2), dim=-1), tol=1e-6)
 
 
 def test_the_causal_mask_is_decided_in_one_place():

@@ -26,7 +26,8 @@ def test_update_writes_at_pos_and_returns_everything_cached():
     assert cache.pos == 0
 
 
-def test_layer_writes_into_the_slot_of_its_layer_idx():
+@pytest.mark.equality
+def test_layer_writes_into_the_slot_of_its_layer_idx(ledger):
     """A layer knows its place from construction: with a cache it attends to every cached
     position, exactly as a full forward over the whole sequence does."""
     torch.manual_seed(0)
@@ -37,7 +38,9 @@ def test_layer_writes_into_the_slot_of_its_layer_idx():
     first = attn(x[:, :4], causal=True, kv_cache=cache)
     cache.advance(4)
     rest = attn(x[:, 4:], causal=True, kv_cache=cache)
-    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-6, rtol=0)
+    ledger.check("attention output, prefill + chunk through the cache",
+                 "one causal pass over the whole sequence", torch.cat([first, rest], dim=1), full,
+                 tol=1e-6)
     assert (cache.k[:2] == 0).all() and (cache.k[2, :, :, :7] != 0).all()
 
 
@@ -145,7 +148,8 @@ def test_update_returns_views_of_the_preallocated_memory():
     assert cache.k is k_memory and cache.v is v_memory
 
 
-def test_a_left_padded_batch_shares_one_pos_and_decodes_each_sequence_as_alone():
+@pytest.mark.equality
+def test_a_left_padded_batch_shares_one_pos_and_decodes_each_sequence_as_alone(ledger):
     """Prompts of 3 and 7 tokens, left-padded to 7, prefilled and decoded for 3 steps with one
     cache and a mask over the padded keys in every forward: each sequence's logits equal its
     own decoding, in float64 to 1e-12 (RoPE sees only differences of positions)."""
@@ -173,6 +177,7 @@ def test_a_left_padded_batch_shares_one_pos_and_decodes_each_sequence_as_alone()
         batched = torch.cat(batched, dim=1)  # (B, L + 3, V)
         for b, p in enumerate(prompts):
             alone = model(torch.cat([p, steps[b]])[None])[0]  # (len + 3, V)
-            torch.testing.assert_close(batched[b, L - len(p):], alone, atol=1e-12, rtol=0)
+            ledger.check(f"logits of the {len(p)}-token prompt in a left-padded batch",
+                         "the prompt decoded alone", batched[b, L - len(p):], alone, tol=1e-12)
         unmasked = model(tokens)[0, L - 3:]  # the padding attended
         assert (unmasked - model(prompts[0][None])[0]).abs().max() > 1e-3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from transformer_lib.attention import (
@@ -177,7 +178,8 @@ test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_lea
     mistake_tests(WRONG, ch06_modern_decoder))
 
 
-def test_qk_norm_reference_equals_hugging_face_qwen3_attention():
+@pytest.mark.equality
+def test_qk_norm_reference_equals_hugging_face_qwen3_attention(ledger):
     """The checker's reference is the attention of Qwen3: per-head RMSNorm on queries and
     keys, before split-half RoPE, with grouped-query heads (all weights random)."""
     transformers = require("transformers")
@@ -205,11 +207,13 @@ def test_qk_norm_reference_equals_hugging_face_qwen3_attention():
         expected, _ = hf(x, position_embeddings=full, attention_mask=blocked)
         got = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)
         rope_first = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, order="rope-norm")
-    assert (got - expected).abs().max().item() < 1e-5
+    ledger.check("QK-norm attention, per-head norms", ledger.hf("Qwen3Attention"), got, expected,
+                 tol=1e-5)
     assert (rope_first - expected).abs().max().item() > 1e-3
 
 
-def test_qk_norm_reference_with_whole_width_norms_equals_hugging_face_olmo2_attention():
+@pytest.mark.equality
+def test_qk_norm_reference_with_whole_width_norms_equals_hugging_face_olmo2_attention(ledger):
     """With norms of H·D and H_kv·D weights the checker's reference is OLMo 2's attention:
     RMSNorm over the whole projection of a position, then the split into heads, then RoPE."""
     transformers = require("transformers")
@@ -237,5 +241,6 @@ def test_qk_norm_reference_with_whole_width_norms_equals_hugging_face_olmo2_atte
         expected, _ = hf(x, position_embeddings=full, attention_mask=blocked)
         got = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin)
         per_head = _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, stats="head")
-    assert (got - expected).abs().max().item() < 1e-5
+    ledger.check("QK-norm attention, whole-width norms", ledger.hf("Olmo2Attention"), got,
+                 expected, tol=1e-5)
     assert (per_head - expected).abs().max().item() > 1e-3

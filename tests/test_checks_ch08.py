@@ -3,6 +3,7 @@ mistakes in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -17,6 +18,8 @@ from transformer_lib.flash import flash_attention
 
 from chapter_solutions import references
 from conftest import mistake_tests
+
+SDPA = "F.scaled_dot_product_attention"
 
 combine_splits, merge_softmax_stats, tiled_causal_attention = references(
     "08_fast_attention", "combine_splits", "merge_softmax_stats", "tiled_causal_attention")
@@ -215,16 +218,19 @@ WRONG = [
 ]
 
 
-def test_the_references_agree_with_pytorch():
+@pytest.mark.equality
+def test_the_references_agree_with_pytorch(ledger):
     """The checkers' reference statistics give PyTorch's attention: the tiled reference with a
     bottom-right mask, and the split statistics merged back into the whole."""
     g = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(2, 5, 8, generator=g), torch.randn(2, 13, 8, generator=g), \
         torch.randn(2, 13, 3, generator=g)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(5, 13))
-    torch.testing.assert_close(ch08_fast_attention._causal_reference(q, k, v), want)
+    ledger.check("the checker's causal reference", ledger.torch(SDPA + ", bottom-right mask"),
+                 ch08_fast_attention._causal_reference(q, k, v), want, tol=1e-5)
     out, n_tiles = tiled_causal_attention(q, k, v, 2, 4)
-    torch.testing.assert_close(out, want)
+    ledger.check("the tiled causal solution", ledger.torch(SDPA + ", bottom-right mask"), out,
+                 want, tol=1e-5)
     # query tiles end at positions 9, 11, 12; key tiles start at 0, 4, 8, 12: the last one is
     # skipped for the first two query tiles
     assert n_tiles == ch08_fast_attention._tiles_needed(5, 13, 2, 4) == 3 * 4 - 2
@@ -233,14 +239,18 @@ def test_the_references_agree_with_pytorch():
     halves = [ch08_fast_attention._stats(scores[..., a:b], v[..., a:b, :])
               for a, b in ((0, 6), (6, 13))]
     merged = merge_softmax_stats(*halves[0], *halves[1])
-    for got, expected in zip(merged, whole):
-        torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(merged[2] / merged[1], F.scaled_dot_product_attention(q, k, v))
+    for name, got, expected in zip(("m", "l", "acc"), merged, whole):
+        ledger.check(f"merged softmax statistic {name}", "the statistic of all the keys", got,
+                     expected, tol=1e-5)
+    ledger.check("merged statistics, acc / l", ledger.torch(SDPA), merged[2] / merged[1],
+                 F.scaled_dot_product_attention(q, k, v), tol=1e-5)
     outs = [acc / l for _, l, acc in halves]
     lses = [(m + l.log()).squeeze(-1) for m, l, _ in halves]
     out, lse = combine_splits(outs, lses)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
-    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1))
+    ledger.check("two splits combined", ledger.torch(SDPA), out,
+                 F.scaled_dot_product_attention(q, k, v), tol=1e-5)
+    ledger.check("two splits' log-sum-exp combined", ledger.torch("logsumexp"), lse,
+                 torch.logsumexp(scores, dim=-1), tol=1e-5)
 
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (

@@ -76,9 +76,10 @@ def test_plain_rope_passes_in_both_config_generations():
         _rope_theta(SimpleNamespace(rope_scaling=None))
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", "tiled"])
 @pytest.mark.parametrize("n_heads, n_kv_heads, tie", [(4, 4, False), (4, 2, True), (8, 2, False), (8, 1, True)])
-def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie, attn_implementation):
+def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie, attn_implementation, ledger):
     hf = hf_llama(n_heads, n_kv_heads, tie)
     ours = decoder_from_hf_llama(hf, attn_implementation=attn_implementation).eval()
     c = ours.config
@@ -89,19 +90,23 @@ def test_decoder_matches_hf_llama(n_heads, n_kv_heads, tie, attn_implementation)
     tokens = torch.randint(0, 96, (2, 40))
     with torch.no_grad():
         expected = hf(tokens).logits
-    assert (ours(tokens) - expected).abs().max().item() <= LOGIT_TOL
+    ledger.check(f"decoder logits, {n_heads}/{n_kv_heads} heads, {attn_implementation}",
+                 ledger.hf("LlamaForCausalLM"), ours(tokens), expected, tol=LOGIT_TOL)
 
 
-def test_greedy_tokens_match_hf_generate():
+@pytest.mark.equality
+def test_greedy_tokens_match_hf_generate(ledger):
     hf = hf_llama(8, 2)
     ours = decoder_from_hf_llama(hf).eval()
     prompt = torch.randint(0, 96, (2, 8))
     expected = hf.generate(prompt, max_new_tokens=24, do_sample=False, min_new_tokens=24,
                            attention_mask=torch.ones_like(prompt), pad_token_id=0)
-    assert torch.equal(ours.generate(prompt, 24), expected)
+    ledger.check("greedy tokens, 24 new", ledger.hf("LlamaForCausalLM.generate"),
+                 ours.generate(prompt, 24), expected, tol=0)
 
 
-def test_kv_cache_matches_hf_incremental_decoding():
+@pytest.mark.equality
+def test_kv_cache_matches_hf_incremental_decoding(ledger):
     hf = hf_llama(8, 2)
     ours = decoder_from_hf_llama(hf).eval()
     tokens = torch.randint(0, 96, (2, 20))
@@ -116,13 +121,16 @@ def test_kv_cache_matches_hf_incremental_decoding():
             past = getattr(out, name)
             theirs.append(out.logits)
     mine = [ours(tokens[:, :12], cache)] + [ours(tokens[:, t:t + 1], cache) for t in range(12, 20)]
-    assert (torch.cat(mine, 1) - torch.cat(theirs, 1)).abs().max().item() <= LOGIT_TOL
+    ledger.check("cached decoding logits, 12 + 8 steps", ledger.hf("LlamaForCausalLM with its cache"),
+                 torch.cat(mine, 1), torch.cat(theirs, 1), tol=LOGIT_TOL)
     # The cached keys are the same numbers too (before GQA expansion: H_kv heads).
     hf_keys = past.layers[0].keys if hasattr(past, "layers") else past.key_cache[0]
-    assert torch.allclose(cache.k[0, :, :, :20], hf_keys, atol=1e-5)
+    ledger.check("cached keys of layer 0", ledger.hf("LlamaForCausalLM's cache"),
+                 cache.k[0, :, :, :20], hf_keys, tol=1e-5)
 
 
-def test_interleaved_model_equals_half_model_with_permuted_weights():
+@pytest.mark.equality
+def test_interleaved_model_equals_half_model_with_permuted_weights(ledger):
     # Claim C24: same function, different RoPE pairing, q/k rows permuted as in HF's conversion.
     config = DecoderConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                            d_ff=96, max_seq_len=32, rope_pairing="interleaved")
@@ -136,16 +144,18 @@ def test_interleaved_model_equals_half_model_with_permuted_weights():
             state[name] = interleaved_to_half(state[name], config.n_kv_heads)
     half.load_state_dict(state)
     tokens = torch.randint(0, 50, (2, 32))
-    assert (half(tokens) - inter(tokens)).abs().max().item() <= 1e-5
+    ledger.check("logits, interleaved pairing vs half with permuted q/k rows",
+                 "the same model with rope_pairing='half'", half(tokens), inter(tokens), tol=1e-5)
     # Loading the same weights without the permutation is a different model.
     unpermuted = Decoder(half.config).eval()
     unpermuted.load_state_dict(inter.state_dict())
     assert (unpermuted(tokens) - inter(tokens)).abs().max().item() > 1e-2
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
 @pytest.mark.parametrize("batch_first", [True, False])
-def test_encoder_decoder_matches_nn_transformer(batch_first, norm_first):
+def test_encoder_decoder_matches_nn_transformer(batch_first, norm_first, ledger):
     ref = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=3,
                          dim_feedforward=48, dropout=0.0, batch_first=batch_first,
                          norm_first=norm_first)
@@ -166,9 +176,11 @@ def test_encoder_decoder_matches_nn_transformer(batch_first, norm_first):
     keep = ~pad[:, None, None, :]  # ours: True = may attend, (B, 1, 1, S)
     memory = ours.encoder(src, keep)
     got = ours.decoder(tgt, memory, causal_mask(5), keep)
-    assert (got - expected).abs().max().item() <= 1e-5
+    ledger.check("encoder-decoder output with padding and causal masks",
+                 ledger.torch("nn.Transformer"), got, expected, tol=1e-5)
 
 
+@pytest.mark.differs
 def test_nn_transformer_without_final_norm_would_not_match():
     # nn.Transformer adds a LayerNorm after each stack: dropping it changes the output.
     ref = randomize_(nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,

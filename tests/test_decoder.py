@@ -35,9 +35,10 @@ def test_changing_token_9_leaves_earlier_logits_exactly_equal():
     assert (a[:, 8:] - b[:, 8:]).abs().max().item() > 1e-3  # later positions do see it
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_kv_cache_decoding_matches_full_forward(dtype, tol, pairing):
+def test_kv_cache_decoding_matches_full_forward(dtype, tol, pairing, ledger):
     model = random_model(dtype, rope_pairing=pairing)
     tokens = torch.randint(0, 64, (3, 30))
     full = model(tokens)  # (B, 30, V)
@@ -46,7 +47,8 @@ def test_kv_cache_decoding_matches_full_forward(dtype, tol, pairing):
     pieces += [model(tokens[:, i:i + 1], cache) for i in range(10, 15)]  # one token at a time
     pieces += [model(tokens[:, 15:19], cache), model(tokens[:, 19:30], cache)]  # chunks
     assert cache.pos == 30
-    assert (torch.cat(pieces, dim=1) - full).abs().max().item() <= tol
+    ledger.check(f"logits decoded with the cache, {pairing} RoPE", "the full forward pass",
+                 torch.cat(pieces, dim=1), full, tol=tol)
 
 
 def test_rope_tables_are_recomputed_in_the_model_dtype():
@@ -98,14 +100,16 @@ def test_every_layer_is_asked_for_causal_attention_and_given_no_mask(implementat
     assert seen == [(True, None)] * (3 * 2)
 
 
-def test_block_is_causal_unless_told_otherwise():
+@pytest.mark.equality
+def test_block_is_causal_unless_told_otherwise(ledger):
     model = random_model(dtype=torch.float64)
     block, T = model.layers[0], 6
     x = torch.randn(2, T, 64, dtype=torch.float64)
     rope = (model.rope_cos[:T], model.rope_sin[:T])  # (T, D/2) each
     causal = block(x, rope)
     explicit = block(x, rope, causal=False, mask=causal_mask(T))
-    assert (causal - explicit).abs().max().item() <= 1e-12
+    ledger.check("block output, causal=True", "the same block with an explicit causal mask",
+                 causal, explicit, tol=1e-12)
     assert (block(x, rope, causal=False) - causal).abs().max().item() > 1e-3
 
 
@@ -144,14 +148,16 @@ def test_kv_cache_size_formula():
 
 # ---- generation ------------------------------------------------------------------------
 
-def test_generate_with_and_without_cache_agree():
+@pytest.mark.equality
+def test_generate_with_and_without_cache_agree(ledger):
     model = random_model()
     prompt = torch.randint(0, 64, (2, 7))
     with_cache = model.generate(prompt, 20)
     without = model.generate(prompt, 20, use_cache=False)
     assert with_cache.shape == (2, 27)
     assert torch.equal(with_cache[:, :7], prompt)
-    assert torch.equal(with_cache, without)
+    ledger.check("greedy tokens with the cache, 20 new", "generate(use_cache=False)", with_cache,
+                 without, tol=0)
 
 
 def test_generate_caches_only_prompt_plus_new_positions(monkeypatch):
@@ -172,13 +178,15 @@ def test_generate_caches_only_prompt_plus_new_positions(monkeypatch):
     assert cache.nbytes == 2 * 2 * 2 * 2 * 16 * 12 * 4  # 2 · L · B · H_kv · D · (T + new) · fp32
 
 
-def test_a_short_cache_decodes_like_the_full_forward():
+@pytest.mark.equality
+def test_a_short_cache_decodes_like_the_full_forward(ledger):
     model = random_model()
     tokens = torch.randint(0, 64, (2, 9))
     cache = model.new_cache(2, max_seq_len=9)
     pieces = [model(tokens[:, :6], cache), model(tokens[:, 6:8], cache), model(tokens[:, 8:], cache)]
     assert cache.k.shape[3] == 9
-    assert (torch.cat(pieces, dim=1) - model(tokens)).abs().max().item() <= 1e-5  # fp32
+    ledger.check("logits decoded with a cache of exactly 9 positions", "the full forward pass",
+                 torch.cat(pieces, dim=1), model(tokens), tol=1e-5)  # fp32
 
 
 def test_greedy_generation_picks_the_argmax():

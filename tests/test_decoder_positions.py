@@ -18,8 +18,9 @@ def model_with(positions: str, n_layers: int = 2, dtype=torch.float64) -> Decode
     return randomize_(Decoder(config), std=0.3).to(dtype).eval()
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("positions", POSITIONS)
-def test_cached_decoding_matches_the_full_forward(positions):
+def test_cached_decoding_matches_the_full_forward(positions, ledger):
     """The position of a cached token is cache.pos + i, for every kind of position."""
     model = model_with(positions)
     tokens = torch.randint(0, 32, (2, 20))
@@ -27,7 +28,8 @@ def test_cached_decoding_matches_the_full_forward(positions):
     cache = model.new_cache(2)
     pieces = [model(tokens[:, :7], cache), model(tokens[:, 7:11], cache)]
     pieces += [model(tokens[:, i:i + 1], cache) for i in range(11, 20)]
-    assert (torch.cat(pieces, dim=1) - full).abs().max().item() < 1e-12
+    ledger.check(f"logits decoded with the cache, {positions} positions", "the full forward pass",
+                 torch.cat(pieces, dim=1), full, tol=1e-12)
 
 
 @pytest.mark.parametrize("positions, order_matters", [
@@ -43,14 +45,17 @@ def test_only_a_model_without_positions_ignores_the_order_of_the_prefix(position
     assert (change > 1e-3) if order_matters else (change < 1e-12)
 
 
-def test_sinusoidal_model_adds_the_2017_table_to_the_embeddings():
+@pytest.mark.equality
+def test_sinusoidal_model_adds_the_2017_table_to_the_embeddings(ledger):
     with_table, without = model_with("sinusoidal"), model_with("none")
     without.load_state_dict(with_table.state_dict())
     table = sinusoidal_encoding(24, 32).double()  # (max_seq_len, C)
     tokens = torch.randint(0, 32, (2, 10))
     without.embed_tokens.register_forward_hook(
         lambda module, args, out: out + table[: out.shape[1]])  # (B, T, C) + (T, C)
-    assert (with_table(tokens) - without(tokens)).abs().max().item() < 1e-12
+    ledger.check("logits with sinusoidal positions",
+                 "a model without positions, the 2017 table added to its embeddings",
+                 with_table(tokens), without(tokens), tol=1e-12)
 
 
 @pytest.mark.parametrize("convert", [lambda m: m.float(), lambda m: m.to(torch.float64),

@@ -138,17 +138,20 @@ def test_lambda_lr_pitfall_adam_with_lr_zero_never_learns():
 
 # ---- label smoothing (claim C19) ----------------------------------------------------------
 
-def test_label_smoothing_matches_torch_cross_entropy():
+@pytest.mark.equality
+def test_label_smoothing_matches_torch_cross_entropy(ledger):
     logits, target = torch.randn(3, 5, 11), torch.randint(0, 11, (3, 5))
     target[0, :2] = -100
     ours = LabelSmoothingLoss(0.1)(logits, target)
     ref = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), label_smoothing=0.1)
-    assert torch.allclose(ours, ref, atol=1e-6)
-    assert torch.allclose(LabelSmoothingLoss(0.0)(logits, target),
-                          F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1)), atol=1e-6)
+    ledger.check("label-smoothed loss, ε = 0.1, ignored targets",
+                 ledger.torch("F.cross_entropy(label_smoothing=0.1)"), ours, ref, tol=1e-6)
+    ledger.check("loss, ε = 0", ledger.torch("F.cross_entropy"), LabelSmoothingLoss(0.0)(logits, target),
+                 F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1)), tol=1e-6)
 
 
-def test_label_smoothing_is_minimised_by_the_smoothed_distribution():
+@pytest.mark.equality
+def test_label_smoothing_is_minimised_by_the_smoothed_distribution(ledger):
     V, eps = 10, 0.1
     target = torch.tensor([3])
     smoothed = torch.full((1, V), eps / V)
@@ -159,7 +162,8 @@ def test_label_smoothing_is_minimised_by_the_smoothed_distribution():
     confident[0, 3] = 0.0  # nearly one-hot: penalised by smoothing
     assert loss(confident, target) > best
     entropy = -(smoothed * smoothed.log()).sum()
-    assert torch.allclose(best, entropy, atol=1e-6)
+    ledger.check("loss at the smoothed distribution", "its entropy, by hand", best, entropy,
+                 tol=1e-6)
 
 
 # ---- bad input ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.flash import flash_attention
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+SDPA = "F.scaled_dot_product_attention"
 
 
 def qkv(lead, T, S, D=8, Dv=None, dtype=torch.float64, scale=1.0):
@@ -57,52 +58,61 @@ SHAPES = [  # lead, T, S, D, Dv, block_size
 ]
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("lead, T, S, D, Dv, block", SHAPES)
-def test_equals_sdpa_without_mask(lead, T, S, D, Dv, block, dtype):
+def test_equals_sdpa_without_mask(lead, T, S, D, Dv, block, dtype, ledger):
     q, k, v = qkv(lead, T, S, D, Dv, dtype)
     out = flash_attention(q, k, v, block_size=block)
     assert out.shape == (*lead, T, Dv) and out.dtype == dtype
-    assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max().item() <= TOL[dtype]
+    ledger.check("tiled attention, no mask", ledger.torch(SDPA),
+                 out, F.scaled_dot_product_attention(q, k, v), tol=TOL[dtype])
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("T, block", [(1, 4), (37, 7), (64, 64), (100, 16), (50, 128)])
-def test_causal_square_equals_sdpa_is_causal(T, block, dtype):
+def test_causal_square_equals_sdpa_is_causal(T, block, dtype, ledger):
     q, k, v = qkv((2, 3), T, T, dtype=dtype)
     out = flash_attention(q, k, v, causal=True, block_size=block)
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert (out - expected).abs().max().item() <= TOL[dtype]
+    ledger.check("tiled attention, causal, T = S", ledger.torch(SDPA + "(is_causal=True)"),
+                 out, expected, tol=TOL[dtype])
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("T, S, block", [(1, 9, 4), (3, 10, 4), (20, 100, 16), (70, 130, 7),
                                          (64, 200, 64), (5, 300, 512)])
-def test_causal_after_a_prefix_is_bottom_right(T, S, block, dtype):
+def test_causal_after_a_prefix_is_bottom_right(T, S, block, dtype, ledger):
     """Queries at the end of the keys: compared with an explicit bottom-right mask, not with
     is_causal, which aligns the triangle to the top left."""
     q, k, v = qkv((2, 3), T, S, dtype=dtype)
     out = flash_attention(q, k, v, causal=True, block_size=block)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right(T, S))
-    assert (out - expected).abs().max().item() <= TOL[dtype]
+    ledger.check("tiled attention, causal after a prefix",
+                 ledger.torch(SDPA + " with a bottom-right mask"), out, expected, tol=TOL[dtype])
     if 1 < T < S:  # the top-left triangle is another answer, so the comparison can fail
         top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         assert (out - top_left).abs().max().item() > 1e-2
 
 
-def test_rows_whose_later_blocks_are_all_masked():
+@pytest.mark.equality
+def test_rows_whose_later_blocks_are_all_masked(ledger):
     """Causal, small blocks: for the first rows every block after their own is masked out
     entirely (those rows are finished early and set aside); each row still equals the
     reference, the first one exactly v_0."""
     q, k, v = qkv((2, 3), 130, 130, dtype=torch.float64)
     out = flash_attention(q, k, v, causal=True, block_size=8)
     expected = scaled_dot_product_attention(q, k, v, mask=bottom_right(130, 130))[0]
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("tiled attention, rows finished early", "transformer_lib's written-out attention",
+                 out, expected, tol=1e-12)
     assert torch.equal(out[..., 0, :], v[..., 0, :])  # query 0 sees key 0 only
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.float64, 1e-10)])
-def test_large_logits_do_not_overflow(dtype, tol):
+def test_large_logits_do_not_overflow(dtype, tol, ledger):
     """Inputs scaled by 50: scores of size ~10^3-10^4, and e^s overflows (e^710 = inf even in
     fp64) unless the running max is subtracted. A score s is only known to |s| · eps (fp32:
     ~10^-4 here, fp64: ~10^-12), and e^s turns that into a relative error of the same size in
@@ -114,10 +124,12 @@ def test_large_logits_do_not_overflow(dtype, tol):
         mask = bottom_right(40, 90) if causal else None
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         assert torch.isfinite(out).all()
-        assert (out - expected).abs().max().item() <= tol
+        ledger.check(f"tiled attention, scores ~10^3, causal={causal}", ledger.torch(SDPA),
+                     out, expected, tol=tol)
 
 
-def test_bf16_is_accumulated_in_fp32():
+@pytest.mark.equality
+def test_bf16_is_accumulated_in_fp32(ledger):
     """bf16 keeps 8 significant bits. Accumulated in fp32 and rounded once, the output is the
     fp32 result (on the same bf16 inputs) to within one bf16 step, 2^-7 relative; the log-sum-exp
     stays fp32 and matches to fp32 precision."""
@@ -128,21 +140,25 @@ def test_bf16_is_accumulated_in_fp32():
     expected = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=bottom_right(50, 120))
     assert ((out.float() - expected).abs() <= 2 ** -7 * expected.abs() + 1e-6).all()
     scores = (qf @ kf.transpose(-2, -1) / 8 ** 0.5).masked_fill(~bottom_right(50, 120), -torch.inf)
-    assert (lse - scores.logsumexp(dim=-1)).abs().max().item() <= 1e-5
+    ledger.check("log-sum-exp of bf16 inputs", ledger.torch("logsumexp") + " in fp32", lse,
+                 scores.logsumexp(dim=-1), tol=1e-5)
 
 
-def test_log_sum_exp_merges_two_halves_of_the_keys():
+@pytest.mark.equality
+def test_log_sum_exp_merges_two_halves_of_the_keys(ledger):
     """The second output: exp(s_j - lse) are the softmax weights, so two halves of the keys,
     attended separately, merge into the whole exactly."""
     q, k, v = qkv((2, 3), 12, 40, dtype=torch.float64)
     out, lse = flash_attention(q, k, v, block_size=8, return_lse=True)
     scores = q @ k.transpose(-2, -1) / 8 ** 0.5  # (2, 3, 12, 40)
-    assert (lse - scores.logsumexp(dim=-1)).abs().max().item() <= 1e-12
+    ledger.check("log-sum-exp", ledger.torch("logsumexp"), lse, scores.logsumexp(dim=-1),
+                 tol=1e-12)
     out_a, lse_a = flash_attention(q, k[..., :25, :], v[..., :25, :], return_lse=True)
     out_b, lse_b = flash_attention(q, k[..., 25:, :], v[..., 25:, :], return_lse=True)
     w_a = torch.sigmoid(lse_a - lse_b)[..., None]  # e^lse_a / (e^lse_a + e^lse_b): (2, 3, 12, 1)
     merged = w_a * out_a + (1 - w_a) * out_b
-    assert (merged - out).abs().max().item() <= 1e-12
+    ledger.check("two halves of the keys merged by their log-sum-exp", "one tiled pass", merged,
+                 out, tol=1e-12)
 
 
 # ---- the backward pass: recomputed tiles, exact gradients ---------------------------------
@@ -182,8 +198,9 @@ GRAD_CASES = [  # lead, T, S, D, Dv, causal, block, scale
 ]
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("lead, T, S, D, Dv, causal, block, scale", GRAD_CASES)
-def test_gradients_equal_the_fp64_reference_and_sdpa(lead, T, S, D, Dv, causal, block, scale):
+def test_gradients_equal_the_fp64_reference_and_sdpa(lead, T, S, D, Dv, causal, block, scale, ledger):
     """fp64: gradients of q, k, v equal the written-out reference's and PyTorch's SDPA's to
     1e-12 (the order of the sums differs, nothing else)."""
     q, k, v = qkv(lead, T, S, D, Dv)
@@ -194,15 +211,18 @@ def test_gradients_equal_the_fp64_reference_and_sdpa(lead, T, S, D, Dv, causal, 
     reference = grads_of(lambda a, b, c: written_out(a, b, c, mask, scale), q, k, v)
     sdpa = grads_of(lambda a, b, c: (F.scaled_dot_product_attention(
         a, b, c, attn_mask=mask, scale=scale), None), q, k, v)
-    for got, want, theirs in zip(ours, reference, sdpa):
-        assert (got - want).abs().max().item() <= 1e-12
-        assert (got - theirs).abs().max().item() <= 1e-12
+    for name, got, want, theirs in zip("qkv", ours, reference, sdpa):
+        ledger.check(f"gradient of {name}", "autograd through attention written out", got, want,
+                     tol=1e-12)
+        ledger.check(f"gradient of {name}, SDPA", ledger.torch(SDPA) + " autograd", got, theirs,
+                     tol=1e-12)
     assert ours[0].abs().max() > 1e-3  # the comparison is not between zeros
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", ["keys", "rows"], ids=["(B, 1, 1, S)", "(B, 1, T, S)"])
-def test_gradients_with_a_mask_and_of_the_log_sum_exp(causal, shape):
+def test_gradients_with_a_mask_and_of_the_log_sum_exp(causal, shape, ledger):
     """A padding or per-query mask, a row that sees no key (zero gradient, no NaN), and a
     gradient flowing into the returned log-sum-exp as well: fp64, 1e-12."""
     T, S = 12, 30
@@ -219,12 +239,14 @@ def test_gradients_with_a_mask_and_of_the_log_sum_exp(causal, shape):
                                                     block_size=7, return_lse=True),
                     q, k, v, with_lse=True)
     reference = grads_of(lambda a, b, c: written_out(a, b, c, full), q, k, v, with_lse=True)
-    for got, want in zip(ours, reference):
+    for name, got, want in zip("qkv", ours, reference):
         assert torch.isfinite(got).all()
-        assert (got - want).abs().max().item() <= 1e-12
+        ledger.check(f"gradient of {name}, with the log-sum-exp's",
+                     "autograd through attention written out", got, want, tol=1e-12)
 
 
-def test_gradients_with_grouped_query_heads():
+@pytest.mark.equality
+def test_gradients_with_grouped_query_heads(ledger):
     """The "tiled" attention entry repeats the key/value heads before the tiled loop; its
     gradients reach the shared heads as SDPA's with enable_gqa do (fp64, 1e-12)."""
     from transformer_lib.attention import tiled_attention
@@ -235,9 +257,10 @@ def test_gradients_with_grouped_query_heads():
     ours = grads_of(lambda a, b, c: (tiled_attention(a, b, c, causal=True)[0], None), q, k, v)
     sdpa = grads_of(lambda a, b, c: (F.scaled_dot_product_attention(
         a, b, c, is_causal=True, enable_gqa=True), None), q, k, v)
-    for got, want in zip(ours, sdpa):
+    for name, got, want in zip("qkv", ours, sdpa):
         assert got.shape == want.shape
-        assert (got - want).abs().max().item() <= 1e-12
+        ledger.check(f"gradient of {name}, 6 query / 2 kv heads",
+                     ledger.torch(SDPA + "(enable_gqa=True)") + " autograd", got, want, tol=1e-12)
 
 
 def test_bf16_gradients_follow_fp32():
@@ -423,9 +446,10 @@ def test_bad_inputs_are_rejected():
 
 # ---- a padding mask, a scale and dropout: what the "tiled" entry needs ------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", ["keys", "rows"], ids=["(B, 1, 1, S)", "(B, 1, T, S)"])
-def test_mask_is_read_tile_by_tile(causal, shape):
+def test_mask_is_read_tile_by_tile(causal, shape, ledger):
     """A boolean mask, per key or per (query, key), combined with causal: equal to SDPA with
     the same mask, whatever the tile size (fp64, 1e-12)."""
     q, k, v = qkv((2, 3), 20, 50)
@@ -439,10 +463,12 @@ def test_mask_is_read_tile_by_tile(causal, shape):
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
     for block in (1, 7, 64):
         out = flash_attention(q, k, v, mask=mask, causal=causal, block_size=block)
-        assert (out - expected).abs().max().item() <= 1e-12
+        ledger.check(f"tiled attention with a mask, tiles of {block}", ledger.torch(SDPA), out,
+                     expected, tol=1e-12)
 
 
-def test_a_query_that_sees_no_key_gets_zeros_and_lse_minus_inf():
+@pytest.mark.equality
+def test_a_query_that_sees_no_key_gets_zeros_and_lse_minus_inf(ledger):
     """Rows whose keys are all blocked, including one whose first visible key comes after
     several blocked tiles (its running max must not be spoilt on the way)."""
     q, k, v = qkv((2,), 6, 40, scale=20.0)  # large scores: a wrong shift would show
@@ -454,17 +480,20 @@ def test_a_query_that_sees_no_key_gets_zeros_and_lse_minus_inf():
     assert torch.isinf(lse[:, 1]).all() and (lse[:, 1] < 0).all()
     rows = [0, 2, 3, 4, 5]
     expected = F.scaled_dot_product_attention(q[:, rows], k, v, attn_mask=mask[rows])
-    assert (out[:, rows] - expected).abs().max().item() <= 1e-10
+    ledger.check("rows that see a key, scores ~400", ledger.torch(SDPA), out[:, rows], expected,
+                 tol=1e-10)
 
 
-def test_custom_scale():
+@pytest.mark.equality
+def test_custom_scale(ledger):
     q, k, v = qkv((2, 3), 9, 30)
     out = flash_attention(q, k, v, causal=True, scale=0.1, block_size=8)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right(9, 30), scale=0.1)
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("tiled attention, scale 0.1", ledger.torch(SDPA), out, expected, tol=1e-12)
 
 
-def test_dropout_drops_weights_not_the_normaliser():
+@pytest.mark.equality
+def test_dropout_drops_weights_not_the_normaliser(ledger):
     """One tile (block_size >= S) draws the same dropout mask as the written-out reference
     from the same seed, so the two agree: dropout(softmax(s)) @ v."""
     q, k, v = qkv((2, 3), 10, 30)
@@ -472,5 +501,6 @@ def test_dropout_drops_weights_not_the_normaliser():
     out = flash_attention(q, k, v, dropout_p=0.3, block_size=64)
     torch.manual_seed(5)
     expected, _ = scaled_dot_product_attention(q, k, v, dropout_p=0.3)
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("tiled attention, dropout 0.3, same seed",
+                 "transformer_lib's written-out attention", out, expected, tol=1e-12)
     assert (out - flash_attention(q, k, v)).abs().max().item() > 1e-2  # dropout did act

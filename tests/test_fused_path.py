@@ -20,6 +20,7 @@ from transformer_lib.attention import (
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.recording import record_weights
 
+import ledger_plugin
 from conftest import randomize_
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -53,31 +54,36 @@ IDS = ["MHA", "GQA", "MQA"]
 
 # ---- the decoder: same logits, same tokens ----------------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("implementation", ["sdpa", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_heads, n_kv_heads", HEADS, ids=IDS)
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_full_pass_gives_the_same_logits(n_heads, n_kv_heads, pairing, dtype, implementation):
+def test_full_pass_gives_the_same_logits(n_heads, n_kv_heads, pairing, dtype, implementation, ledger):
     eager, fused = twin_models(dtype, implementation, n_heads=n_heads, n_kv_heads=n_kv_heads,
                                rope_pairing=pairing)
     tokens = torch.randint(0, 64, (3, 40))
     expected = eager(tokens)
-    assert (fused(tokens) - expected).abs().max().item() <= TOL[dtype]
+    ledger.check(f"decoder logits, {implementation}", "the eager decoder, same weights",
+                 fused(tokens), expected, tol=TOL[dtype])
     assert expected.abs().max().item() > 0.1  # logits of a size that would show an error
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("implementation", ["sdpa", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_heads, n_kv_heads", HEADS, ids=IDS)
-def test_cached_decoding_gives_the_same_logits(n_heads, n_kv_heads, dtype, implementation):
+def test_cached_decoding_gives_the_same_logits(n_heads, n_kv_heads, dtype, implementation, ledger):
     """Prefill, then one token at a time (T = 1: no mask), then chunks after a cached prefix
     (T > 1 and cache.pos > 0: the explicit bottom-right mask)."""
     eager, fused = twin_models(dtype, implementation, n_heads=n_heads, n_kv_heads=n_kv_heads)
     tokens = torch.randint(0, 64, (2, 40))
     full = eager(tokens)  # (B, 40, V): the reference, no cache
     sizes = [10] + [1] * 6 + [5, 2, 17]
-    for model in (eager, fused):
-        assert (chunked(model, tokens, sizes) - full).abs().max().item() <= TOL[dtype]
+    for name, model in (("eager", eager), (implementation, fused)):
+        ledger.check(f"{name} logits decoded with the cache, 10 + 6 × 1 + 5 + 2 + 17",
+                     "the eager full forward pass", chunked(model, tokens, sizes), full,
+                     tol=TOL[dtype])
 
 
 def test_chunk_after_a_prefix_with_top_left_is_causal_would_differ(monkeypatch):
@@ -98,17 +104,21 @@ def test_chunk_after_a_prefix_with_top_left_is_causal_would_differ(monkeypatch):
     assert (wrong[:, 12:] - full[:, 12:]).abs().max().item() > 1e-2  # the chunks
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_generate_gives_the_same_tokens(pairing):
+def test_generate_gives_the_same_tokens(pairing, ledger):
     eager, fused = twin_models(rope_pairing=pairing, n_heads=8, n_kv_heads=2)
     prompt = torch.randint(0, 64, (3, 9))
     expected = eager.generate(prompt, 30)
-    assert torch.equal(fused.generate(prompt, 30), expected)
-    assert torch.equal(fused.generate(prompt, 30, use_cache=False), expected)
+    ledger.check("sdpa greedy tokens, 30 new", "the eager decoder's", fused.generate(prompt, 30),
+                 expected, tol=0)
+    ledger.check("sdpa greedy tokens without the cache", "the eager decoder's",
+                 fused.generate(prompt, 30, use_cache=False), expected, tol=0)
     assert len(expected[0, 9:].unique()) > 1  # not a degenerate run of one token
 
 
-def test_training_gradients_are_the_same():
+@pytest.mark.equality
+def test_training_gradients_are_the_same(ledger):
     eager, fused = twin_models()
     tokens = torch.randint(0, 64, (2, 24))
     grads = []
@@ -117,8 +127,9 @@ def test_training_gradients_are_the_same():
         logits = model(tokens)
         F.cross_entropy(logits[:, :-1].reshape(-1, 64), tokens[:, 1:].reshape(-1)).backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
-    for name, g in grads[0].items():
-        assert (grads[1][name] - g).abs().max().item() <= 1e-5, name
+    diff = max(ledger_plugin.max_difference(grads[1][name], g) for name, g in grads[0].items())
+    ledger.record("gradients of every parameter, sdpa", "the eager decoder's, by autograd",
+                  "float32", diff, tol=1e-5)
 
 
 # ---- sdpa_attention: which mask goes to the kernel ---------------------------------------
@@ -142,7 +153,8 @@ def test_the_kernel_gets_no_mask_is_causal_or_a_bottom_right_mask(monkeypatch):
     assert mask2[0].sum() == 10  # query 0 of the chunk sits at position 9: keys 0 … 9
 
 
-def test_mha_paths_agree_with_padding_mask_and_causal():
+@pytest.mark.equality
+def test_mha_paths_agree_with_padding_mask_and_causal(ledger):
     """MultiHeadAttention, eager vs sdpa: a key-padding mask combined with causal, after a
     cached prefix; GQA through the kernel's enable_gqa."""
     eager = randomize_(MultiHeadAttention(32, 4, n_kv_heads=2, bias=False)).double().eval()
@@ -154,11 +166,13 @@ def test_mha_paths_agree_with_padding_mask_and_causal():
     keep[0, ..., :2] = False  # sequence 0: its first two positions are padding
     out = fused(x, context, mask=keep, causal=True)
     expected = eager(x, context, mask=keep, causal=True)
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("MultiHeadAttention sdpa, padding + causal after a prefix",
+                 "the eager layer, same weights", out, expected, tol=1e-12)
     assert (eager(x, context, mask=keep) - expected).abs().max().item() > 1e-3  # causal bites
 
 
-def test_sdpa_attention_equals_the_written_out_reference():
+@pytest.mark.equality
+def test_sdpa_attention_equals_the_written_out_reference(ledger):
     q = torch.randn(2, 6, 7, 8, dtype=torch.float64)
     k = torch.randn(2, 3, 11, 8, dtype=torch.float64)
     v = torch.randn(2, 3, 11, 8, dtype=torch.float64)
@@ -167,7 +181,8 @@ def test_sdpa_attention_equals_the_written_out_reference():
     expected, _ = attention.scaled_dot_product_attention(
         q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1),
         mask=torch.ones(7, 11, dtype=torch.bool).tril(diagonal=4))
-    assert (out - expected).abs().max().item() <= 1e-12
+    ledger.check("sdpa_attention, GQA 6/3, causal after a prefix",
+                 "the written-out attention with a bottom-right mask", out, expected, tol=1e-12)
 
 
 # ---- what the fused path does not have, and bad input -------------------------------------

@@ -14,17 +14,19 @@ from transformer_lib.positional import (
 from conftest import require
 
 
-def test_sinusoidal_matches_the_formula():
+@pytest.mark.equality
+def test_sinusoidal_matches_the_formula(ledger):
     pe = sinusoidal_encoding(50, 16)
     assert pe.shape == (50, 16)
-    for pos in (0, 7, 49):
-        for i in range(8):
-            angle = pos / 10000 ** (2 * i / 16)
-            assert math.isclose(pe[pos, 2 * i].item(), math.sin(angle), abs_tol=1e-6)
-            assert math.isclose(pe[pos, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-6)
+    expected = torch.tensor([[f(pos / 10000 ** (2 * (j // 2) / 16))
+                              for j, f in zip(range(16), [math.sin, math.cos] * 8)]
+                             for pos in range(50)])  # PE[pos, 2i] = sin, PE[pos, 2i+1] = cos
+    ledger.check("sinusoidal table, 50 × 16", "the 2017 formula with Python's math", pe, expected,
+                 tol=1e-6)
 
 
-def test_sinusoidal_offset_is_one_linear_map_for_every_position():
+@pytest.mark.equality
+def test_sinusoidal_offset_is_one_linear_map_for_every_position(ledger):
     # Claim C22: PE(pos + k) = M_k PE(pos), one block-diagonal rotation M_k for all positions.
     d, k = 16, 5
     pe = sinusoidal_encoding(64, d)
@@ -34,10 +36,12 @@ def test_sinusoidal_offset_is_one_linear_map_for_every_position():
         # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b
         M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
             [[math.cos(b), math.sin(b)], [-math.sin(b), math.cos(b)]])
-    assert torch.allclose(pe[:-k] @ M.T, pe[k:], atol=1e-5)
+    ledger.check("PE(pos + 5) as one rotation of PE(pos)", "the table itself, 5 rows on",
+                 pe[:-k] @ M.T, pe[k:], tol=1e-5)
 
 
-def test_rope_tables_match_hf_llama():
+@pytest.mark.equality
+def test_rope_tables_match_hf_llama(ledger):
     transformers = require("transformers")
     llama = require("transformers.models.llama.modeling_llama")
     cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, rope_theta=500000.0)
@@ -46,21 +50,27 @@ def test_rope_tables_match_hf_llama():
     hf_cos, hf_sin = rotary(x, torch.arange(3, 13)[None])  # (1, 10, 16): halves duplicated
     cos, sin = rope_cos_sin(10, 16, theta=500000.0, offset=3)
     assert cos.shape == sin.shape == (10, 8)
-    assert torch.allclose(torch.cat([cos, cos], -1), hf_cos[0], atol=1e-6)
-    assert torch.allclose(torch.cat([sin, sin], -1), hf_sin[0], atol=1e-6)
+    ledger.check("RoPE cos table, θ = 500000, offset 3", ledger.hf("LlamaRotaryEmbedding"),
+                 torch.cat([cos, cos], -1), hf_cos[0], tol=1e-6)
+    ledger.check("RoPE sin table, θ = 500000, offset 3", ledger.hf("LlamaRotaryEmbedding"),
+                 torch.cat([sin, sin], -1), hf_sin[0], tol=1e-6)
 
 
-def test_apply_rope_half_matches_hf():
+@pytest.mark.equality
+def test_apply_rope_half_matches_hf(ledger):
     llama = require("transformers.models.llama.modeling_llama")
     q, k = torch.randn(2, 4, 10, 16), torch.randn(2, 4, 10, 16)
     cos, sin = rope_cos_sin(10, 16)
     hf_q, hf_k = llama.apply_rotary_pos_emb(q, k, torch.cat([cos, cos], -1)[None],
                                             torch.cat([sin, sin], -1)[None])
-    assert torch.allclose(apply_rope(q, cos, sin), hf_q, atol=1e-6)
-    assert torch.allclose(apply_rope(k, cos, sin, "half"), hf_k, atol=1e-6)
+    ledger.check("RoPE of queries, half pairing", ledger.hf("apply_rotary_pos_emb"),
+                 apply_rope(q, cos, sin), hf_q, tol=1e-6)
+    ledger.check("RoPE of keys, half pairing", ledger.hf("apply_rotary_pos_emb"),
+                 apply_rope(k, cos, sin, "half"), hf_k, tol=1e-6)
 
 
-def test_apply_rope_interleaved_matches_complex_rotation():
+@pytest.mark.equality
+def test_apply_rope_interleaved_matches_complex_rotation(ledger):
     # RoFormer / Meta: channel pair (2i, 2i+1) is the complex number x_2i + i·x_2i+1,
     # multiplied by e^{i m θ_i}.
     x = torch.randn(2, 3, 10, 16)
@@ -68,7 +78,8 @@ def test_apply_rope_interleaved_matches_complex_rotation():
     z = torch.view_as_complex(x.reshape(2, 3, 10, 8, 2))  # (B, H, T, D/2)
     rotation = torch.polar(torch.ones_like(cos), torch.atan2(sin, cos))  # e^{i m θ_i}
     expected = torch.view_as_real(z * rotation).reshape(2, 3, 10, 16)
-    assert torch.allclose(apply_rope(x, cos, sin, "interleaved"), expected, atol=1e-5)
+    ledger.check("RoPE, interleaved pairing", "complex multiplication by e^{i m θ}",
+                 apply_rope(x, cos, sin, "interleaved"), expected, tol=1e-5)
 
 
 def test_rope_preserves_norms_and_position_zero():
@@ -80,8 +91,9 @@ def test_rope_preserves_norms_and_position_zero():
         assert torch.allclose(y[:, 0], x[:, 0])  # angle 0 at position 0
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_rope_score_depends_only_on_offset(pairing):
+def test_rope_score_depends_only_on_offset(pairing, ledger):
     # Claims C23, C29: score(5, 2) = score(20, 17) != score(20, 10) for fixed q, k content.
     q, k = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64)
     cos, sin = rope_cos_sin(32, 64, dtype=torch.float64)
@@ -91,27 +103,32 @@ def test_rope_score_depends_only_on_offset(pairing):
         kn = apply_rope(k[None], cos[n:n + 1], sin[n:n + 1], pairing)
         return (qm @ kn.T).item()
 
-    assert abs(score(5, 2) - score(20, 17)) < 1e-12
+    ledger.record("score at positions (5, 2) vs (20, 17)", "the same q, k three positions apart",
+                  "float64", abs(score(5, 2) - score(20, 17)), tol=1e-12)
     assert abs(score(20, 10) - score(5, 2)) > 1e-3
 
 
-def test_pairings_differ_by_a_channel_permutation():
+@pytest.mark.equality
+def test_pairings_differ_by_a_channel_permutation(ledger):
     # Claim C24: interleaved RoPE on x equals half RoPE on x with permuted channels.
     x = torch.randn(2, 3, 10, 16)
     cos, sin = rope_cos_sin(10, 16)
     perm = torch.cat([torch.arange(0, 16, 2), torch.arange(1, 16, 2)])  # (0,2,…,14,1,3,…,15)
     inter = apply_rope(x, cos, sin, "interleaved")
     half = apply_rope(x[..., perm], cos, sin, "half")
-    assert torch.allclose(inter[..., perm], half, atol=1e-6)
+    ledger.check("interleaved RoPE, channels permuted", "half RoPE of the permuted channels",
+                 inter[..., perm], half, tol=1e-6)
     assert not torch.allclose(inter, apply_rope(x, cos, sin, "half"), atol=1e-2)
 
 
-def test_weight_permutations_are_inverse_and_match_hf_conversion():
+@pytest.mark.equality
+def test_weight_permutations_are_inverse_and_match_hf_conversion(ledger):
     w = torch.randn(4 * 8, 12)  # 4 heads of head_dim 8, d_model 12
     assert torch.equal(half_to_interleaved(interleaved_to_half(w, 4), 4), w)
     # The permutation of HF's convert_llama_weights_to_hf.py, written out independently:
     hf = w.view(4, 8 // 2, 2, 12).transpose(1, 2).reshape(32, 12)
-    assert torch.equal(interleaved_to_half(w, 4), hf)
+    ledger.check("q/k rows from interleaved to half", "convert_llama_weights_to_hf's permutation",
+                 interleaved_to_half(w, 4), hf, tol=0)
     rows = interleaved_to_half(torch.arange(16.0)[:, None], 2).flatten()
     assert rows.tolist() == [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15]
 

@@ -31,14 +31,17 @@ def test_pairs_are_unit_vectors_of_the_right_shapes():
     torch.testing.assert_close(values.norm(dim=-1), torch.ones(3, 5, dtype=torch.float64))
 
 
-def test_linear_memory_is_the_sum_of_outer_products():
+@pytest.mark.equality
+def test_linear_memory_is_the_sum_of_outer_products(ledger):
     keys, values = recall_pairs(2, 7, 5, 4)
     state = torch.einsum("bnv,bnk->bvk", values, keys)  # Σ v kᵀ
     expected = torch.einsum("bvk,bnk->bnv", state, keys)
-    torch.testing.assert_close(recall(keys, values, "linear"), expected, atol=1e-12, rtol=0)
+    ledger.check("linear memory read-out", "Σ v kᵀ by einsum", recall(keys, values, "linear"),
+                 expected, tol=1e-12)
 
 
-def test_delta_memory_is_the_delta_rule_written_by_hand():
+@pytest.mark.equality
+def test_delta_memory_is_the_delta_rule_written_by_hand(ledger):
     keys, values = recall_pairs(2, 6, 5, 3)
     state = torch.zeros(2, 3, 5, dtype=torch.float64)
     for _ in range(2):  # two passes
@@ -47,16 +50,18 @@ def test_delta_memory_is_the_delta_rule_written_by_hand():
             error = v - torch.einsum("bvk,bk->bv", state, k)
             state = state + torch.einsum("bv,bk->bvk", error, k)  # β = 1
     expected = torch.einsum("bvk,bnk->bnv", state, keys)
-    torch.testing.assert_close(recall(keys, values, "delta", passes=2), expected,
-                               atol=1e-12, rtol=0)
+    ledger.check("delta memory read-out, 2 passes", "the delta rule by hand",
+                 recall(keys, values, "delta", passes=2), expected, tol=1e-12)
     last = recall(keys, values, "delta")[:, -1]  # β = 1: the last key reads its value exactly
-    torch.testing.assert_close(last, values[:, -1], atol=1e-12, rtol=0)
+    ledger.check("delta memory, the last key", "its value", last, values[:, -1], tol=1e-12)
 
 
-def test_softmax_memory_is_attention_over_the_stored_pairs():
+@pytest.mark.equality
+def test_softmax_memory_is_attention_over_the_stored_pairs(ledger):
     keys, values = recall_pairs(2, 9, 4, 3)
     weights = torch.softmax(7.0 * keys @ keys.transpose(1, 2), dim=-1)
-    torch.testing.assert_close(recall(keys, values, "softmax", scale=7.0), weights @ values)
+    ledger.check("softmax memory read-out", "softmax(7 K Kᵀ) V written out",
+                 recall(keys, values, "softmax", scale=7.0), weights @ values, tol=1e-12)
 
 
 def test_the_best_fixed_state_is_exact_up_to_dk_pairs_and_never_beyond():
@@ -127,7 +132,8 @@ def test_the_chapters_margins_hold_for_seeds_0_to_4(seed):
     assert sweep["cache_numbers"][at[256]] == 256 * 2 * D
 
 
-def test_gated_memory_is_gated_deltanet_written_by_hand():
+@pytest.mark.equality
+def test_gated_memory_is_gated_deltanet_written_by_hand(ledger):
     keys, values = recall_pairs(2, 7, 5, 3)
     state = torch.zeros(2, 3, 5, dtype=torch.float64)
     for t in range(7):  # S = α S (I − k kᵀ) + v kᵀ, β = 1
@@ -136,19 +142,22 @@ def test_gated_memory_is_gated_deltanet_written_by_hand():
         error = v - torch.einsum("bvk,bk->bv", state, k)
         state = state + torch.einsum("bv,bk->bvk", error, k)
     expected = torch.einsum("bvk,bnk->bnv", state, keys)
-    torch.testing.assert_close(recall(keys, values, "gated", alpha=0.8), expected,
-                               atol=1e-12, rtol=0)
-    torch.testing.assert_close(recall(keys, values, "gated", alpha=1.0),
-                               recall(keys, values, "delta"), atol=1e-12, rtol=0)
+    ledger.check("gated memory read-out, α = 0.8", "gated DeltaNet by hand",
+                 recall(keys, values, "gated", alpha=0.8), expected, tol=1e-12)
+    ledger.check("gated memory, α = 1", "the delta memory", recall(keys, values, "gated", alpha=1.0),
+                 recall(keys, values, "delta"), tol=1e-12)
 
 
-def test_window_memory_is_softmax_over_the_last_pairs_only():
+@pytest.mark.equality
+def test_window_memory_is_softmax_over_the_last_pairs_only(ledger):
     keys, values = recall_pairs(2, 9, 4, 3)
     weights = torch.softmax(7.0 * keys @ keys[:, 6:].transpose(1, 2), dim=-1)  # last 3
-    torch.testing.assert_close(recall(keys, values, "window", window=3, scale=7.0),
-                               weights @ values[:, 6:], atol=1e-12, rtol=0)
-    torch.testing.assert_close(recall(keys, values, "window", window=20, scale=7.0),
-                               recall(keys, values, "softmax", scale=7.0), atol=1e-12, rtol=0)
+    ledger.check("window memory, the last 3 pairs", "softmax over the last 3 written out",
+                 recall(keys, values, "window", window=3, scale=7.0), weights @ values[:, 6:],
+                 tol=1e-12)
+    ledger.check("window memory, a window past the pairs", "the softmax memory",
+                 recall(keys, values, "window", window=20, scale=7.0),
+                 recall(keys, values, "softmax", scale=7.0), tol=1e-12)
 
 
 def test_recall_by_age_splits_the_pairs():

@@ -124,29 +124,34 @@ def test_the_checks_catch_a_planted_bug(broken, check):
 # The distribution itself (next_token_probs), exactly.
 
 
-def test_probs_are_the_softmax_of_logits_over_temperature():
+@pytest.mark.equality
+def test_probs_are_the_softmax_of_logits_over_temperature(ledger):
     logits = torch.randn(5, 11, dtype=torch.float64)
     for tau in (0.3, 1.0, 2.5):
         want = torch.softmax(logits / tau, dim=-1)  # (5, 11)
-        assert torch.allclose(next_token_probs(logits, temperature=tau), want,
-                              atol=1e-12, rtol=0)  # fp64: rounding only
+        ledger.check(f"next-token probabilities, τ = {tau}", ledger.torch("softmax(logits / τ)"),
+                     next_token_probs(logits, temperature=tau), want, tol=1e-12)  # fp64
 
 
-def test_probs_are_computed_in_fp32_for_half_logits():
+@pytest.mark.equality
+def test_probs_are_computed_in_fp32_for_half_logits(ledger):
     logits = torch.randn(3, 50).to(torch.bfloat16)
     probs = next_token_probs(logits, temperature=0.7)
     assert probs.dtype == torch.float32
     want = torch.softmax(logits.float() / 0.7, dim=-1)  # (3, 50)
-    assert torch.allclose(probs, want, atol=1e-6)  # fp32 rounding of one softmax
+    ledger.check("next-token probabilities of bf16 logits, τ = 0.7",
+                 ledger.torch("softmax") + " in fp32", probs, want, tol=1e-6)  # one softmax
 
 
-def test_top_k_keeps_the_k_largest_and_renormalises():
+@pytest.mark.equality
+def test_top_k_keeps_the_k_largest_and_renormalises(ledger):
     logits = torch.tensor([[0.1, 2.0, -1.0, 1.5, 0.3, 3.0]], dtype=torch.float64)
     probs = next_token_probs(logits, temperature=1.0, top_k=3)  # (1, 6)
     keep = [5, 1, 3]  # logits 3.0, 2.0, 1.5
     want = torch.zeros_like(probs)
     want[0, keep] = torch.softmax(logits[0, keep], dim=-1)
-    assert torch.allclose(probs, want, atol=1e-12, rtol=0)
+    ledger.check("top-3 probabilities", "softmax over the 3 largest logits", probs, want,
+                 tol=1e-12)
 
 
 def test_top_k_ties_at_the_kth_value_keep_the_smallest_ids():
@@ -180,7 +185,8 @@ def _support(probs: torch.Tensor) -> list[int]:
     return torch.nonzero(probs[0]).flatten().tolist()
 
 
-def test_top_p_keeps_the_smallest_set_that_reaches_p():
+@pytest.mark.equality
+def test_top_p_keeps_the_smallest_set_that_reaches_p(ledger):
     # softmax: about [.09 .64 .03 .24]; sorted: 1 (.64), 3 (.24), 0 (.09), 2 (.03)
     logits = torch.tensor([[1.0, 3.0, 0.0, 2.0]], dtype=torch.float64)
     p = torch.softmax(logits[0], dim=-1)
@@ -192,7 +198,8 @@ def test_top_p_keeps_the_smallest_set_that_reaches_p():
         assert _support(probs) == keep, top_p
         want = torch.zeros(4, dtype=torch.float64)
         want[keep] = p[keep] / p[keep].sum()  # renormalised over the nucleus
-        assert torch.allclose(probs[0], want, atol=1e-12, rtol=0)
+        ledger.check(f"top-p probabilities, p = {top_p:.6f}", "the nucleus renormalised by hand",
+                     probs[0], want, tol=1e-12)
 
 
 def test_top_p_on_an_exact_boundary_stops_at_the_token_that_reaches_it():

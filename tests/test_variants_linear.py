@@ -38,6 +38,9 @@ def max_err(a, b):
 
 # ---- independent formulations --------------------------------------------------------------
 
+NAIVE = "explicit Dk × Dk matrices, one head at a time in fp64"
+REGRESSION = "online regression S ← S − β ∇S, the gradient by autograd"
+
 def naive_delta(q, k, v, beta, alpha=None, state=None):
     """One head at a time in fp64, with the explicit Dk × Dk matrix α (I − β k kᵀ)."""
     q, k, v, beta = q.double(), k.double(), v.double(), beta.double()
@@ -73,18 +76,22 @@ def regression_delta(q, k, v, beta):
 
 # ---- linear attention ----------------------------------------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", DTYPES)
-def test_linear_attention_parallel_equals_recurrent_and_cumsum(dtype, tol):
+def test_linear_attention_parallel_equals_recurrent_and_cumsum(dtype, tol, ledger):
     q, k, v, *_ = inputs(dtype)
     q, k = q * DK ** -0.5, k * DK ** -0.5  # O(1) scores, so fp32 keeps ~1e-6 absolute
     parallel = linear_attention(q, k, v)
     recurrent, state = linear_attention_recurrent(q, k, v)
     assert parallel.shape == (B, H, T, DV) and state.shape == (B, H, DV, DK)
-    assert max_err(parallel, recurrent) < tol
+    ledger.check("linear attention, parallel form", "the recurrent form", parallel, recurrent,
+                 tol=tol)
     # Independent: every prefix state at once as a cumulative sum of outer products v_s k_sᵀ.
     states = torch.cumsum(torch.einsum("bhtv,bhtk->bhtvk", v, k), dim=2)  # (B, H, T, Dv, Dk)
-    assert max_err(parallel, torch.einsum("bhtvk,bhtk->bhtv", states, q)) < tol
-    assert max_err(state, states[:, :, -1]) < tol
+    ledger.check("linear attention output", "a cumulative sum of outer products v kᵀ", parallel,
+                 torch.einsum("bhtvk,bhtk->bhtv", states, q), tol=tol)
+    ledger.check("linear attention final state", "a cumulative sum of outer products v kᵀ", state,
+                 states[:, :, -1], tol=tol)
 
 
 def test_linear_attention_is_causal_and_not_normalised():
@@ -98,23 +105,28 @@ def test_linear_attention_is_causal_and_not_normalised():
 
 # ---- the delta rule against two formulations written differently ---------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", DTYPES)
-def test_delta_recurrent_equals_explicit_matrices(dtype, tol):
+def test_delta_recurrent_equals_explicit_matrices(dtype, tol, ledger):
     q, k, v, alpha, beta, state = inputs(dtype, unit_keys=True)
     out, final = delta_rule_recurrent(q, k, v, beta, state, normalize=False)
     ref_out, ref_state = naive_delta(q, k, v, beta, state=state)
     assert out.dtype == dtype and final.dtype == dtype
-    assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
+    ledger.check("delta rule output", NAIVE, out, ref_out, tol=tol)
+    ledger.check("delta rule final state", NAIVE, final, ref_state, tol=tol)
     out, final = gated_delta_rule_recurrent(q, k, v, alpha, beta, state, normalize=False)
     ref_out, ref_state = naive_delta(q, k, v, beta, alpha, state)
-    assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
+    ledger.check("gated delta rule output", NAIVE, out, ref_out, tol=tol)
+    ledger.check("gated delta rule final state", NAIVE, final, ref_state, tol=tol)
 
 
-def test_delta_recurrent_is_online_regression_by_autograd():
+@pytest.mark.equality
+def test_delta_recurrent_is_online_regression_by_autograd(ledger):
     q, k, v, _, beta, _ = inputs()
     out, state = delta_rule_recurrent(q, k, v, beta)  # normalises q and k itself
     ref_out, ref_state = regression_delta(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, beta)
-    assert max_err(out, ref_out) < 1e-12 and max_err(state, ref_state) < 1e-12
+    ledger.check("delta rule output", REGRESSION, out, ref_out, tol=1e-12)
+    ledger.check("delta rule final state", REGRESSION, state, ref_state, tol=1e-12)
 
 
 def test_beta_one_overwrites_the_value_for_that_key():
@@ -135,22 +147,26 @@ def test_gated_with_alpha_one_is_the_delta_rule():
 
 # ---- chunked = recurrent --------------------------------------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", CHUNKED_DTYPES)
 @pytest.mark.parametrize("chunk_size", [1, 3, 16, 64])  # T = 50: ragged last chunk, and T < 64
 @pytest.mark.parametrize("with_state", [False, True])
-def test_delta_chunked_equals_recurrent(dtype, tol, chunk_size, with_state):
+def test_delta_chunked_equals_recurrent(dtype, tol, chunk_size, with_state, ledger):
     q, k, v, _, beta, state = inputs(dtype)
     state = state if with_state else None
     out, final = delta_rule_chunked(q, k, v, beta, chunk_size=chunk_size, state=state)
     ref_out, ref_state = delta_rule_recurrent(q, k, v, beta, state)
     assert out.shape == (B, H, T, DV) and out.dtype == dtype
-    assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
+    ledger.check("delta rule chunked, output", "the recurrent form", out, ref_out, tol=tol)
+    ledger.check("delta rule chunked, final state", "the recurrent form", final, ref_state,
+                 tol=tol)
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", CHUNKED_DTYPES)
 @pytest.mark.parametrize("chunk_size", [1, 3, 16, 64])
 @pytest.mark.parametrize("alpha_kind", ["random", "tiny", "one"])
-def test_gated_chunked_equals_recurrent(dtype, tol, chunk_size, alpha_kind):
+def test_gated_chunked_equals_recurrent(dtype, tol, chunk_size, alpha_kind, ledger):
     q, k, v, alpha, beta, state = inputs(dtype)
     if alpha_kind == "tiny":  # γ underflows to 0 within a chunk: log space must give no NaN/inf
         alpha = torch.full_like(alpha, 1e-3)
@@ -160,18 +176,23 @@ def test_gated_chunked_equals_recurrent(dtype, tol, chunk_size, alpha_kind):
                                           state=state)
     ref_out, ref_state = gated_delta_rule_recurrent(q, k, v, alpha, beta, state)
     assert torch.isfinite(out).all() and torch.isfinite(final).all()
-    assert max_err(out, ref_out) < tol and max_err(final, ref_state) < tol
+    ledger.check("gated delta rule chunked, output", "the recurrent form", out, ref_out, tol=tol)
+    ledger.check("gated delta rule chunked, final state", "the recurrent form", final, ref_state,
+                 tol=tol)
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("T_short", [1, 5])
-def test_chunked_short_sequences(T_short):
+def test_chunked_short_sequences(T_short, ledger):
     q, k, v, alpha, beta, state = inputs(T=T_short)
     for chunked, recurrent, gates in ((delta_rule_chunked, delta_rule_recurrent, (beta,)),
                                       (gated_delta_rule_chunked, gated_delta_rule_recurrent,
                                        (alpha, beta))):
         out, final = chunked(q, k, v, *gates, chunk_size=4, state=state)
         ref_out, ref_state = recurrent(q, k, v, *gates, state)
-        assert max_err(out, ref_out) < 1e-9 and max_err(final, ref_state) < 1e-9
+        name = chunked.__name__
+        ledger.check(f"{name}, output", "the recurrent form", out, ref_out, tol=1e-9)
+        ledger.check(f"{name}, final state", "the recurrent form", final, ref_state, tol=1e-9)
 
 
 # ---- continuing from a state ----------------------------------------------------------------
@@ -186,26 +207,33 @@ FORMS = {
 }
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("name", FORMS)
-def test_two_halves_with_the_state_equal_the_whole(name):
+def test_two_halves_with_the_state_equal_the_whole(name, ledger):
     form, cut = FORMS[name], 23  # not a multiple of the chunk: both halves are ragged
     q, k, v, alpha, beta, state = inputs()
     whole, whole_state = form(q, k, v, alpha, beta, state)
     first, mid = form(*(x[:, :, :cut] for x in (q, k, v, alpha, beta)), state)
     second, end = form(*(x[:, :, cut:] for x in (q, k, v, alpha, beta)), mid)
-    assert max_err(torch.cat([first, second], dim=2), whole) < 1e-12
-    assert max_err(end, whole_state) < 1e-12
+    ledger.check("output, two halves through the state", "one pass over the whole",
+                 torch.cat([first, second], dim=2), whole, tol=1e-12)
+    ledger.check("final state, two halves", "one pass over the whole", end, whole_state,
+                 tol=1e-12)
 
 
 # ---- normalised keys: why DeltaNet needs them -----------------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("fn", [delta_rule_recurrent, delta_rule_chunked])
-def test_normalize_equals_prenormalised_keys(fn):
+def test_normalize_equals_prenormalised_keys(fn, ledger):
     q, k, v, _, beta, state = inputs()
     inside = fn(q, k, v, beta, state=state)
     unit_q, unit_k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     outside = fn(unit_q, unit_k, v, beta, state=state, normalize=False)
-    assert max_err(inside[0], outside[0]) < 1e-12 and max_err(inside[1], outside[1]) < 1e-12
+    ledger.check("output, normalize=True", "keys and queries normalised beforehand", inside[0],
+                 outside[0], tol=1e-12)
+    ledger.check("final state, normalize=True", "keys and queries normalised beforehand",
+                 inside[1], outside[1], tol=1e-12)
     raw = fn(q, k, v, beta, state=state, normalize=False)  # the switch does change the result
     assert max_err(raw[0], inside[0]) > 1e-3
 
@@ -254,8 +282,9 @@ def test_keys_with_beta_k_squared_above_two_enlarge_the_state():
 
 # ---- gradients -------------------------------------------------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("gated", [False, True])
-def test_chunked_and_recurrent_give_the_same_gradients(gated):
+def test_chunked_and_recurrent_give_the_same_gradients(gated, ledger):
     q, k, v, alpha, beta, state = inputs(T=37)
     leaves = [x.requires_grad_(True) for x in (q, k, v, alpha, beta, state)]
     out_cot, state_cot = torch.randn(B, H, 37, DV, dtype=torch.float64), torch.randn_like(state)
@@ -271,9 +300,11 @@ def test_chunked_and_recurrent_give_the_same_gradients(gated):
     else:
         chunked = grads(delta_rule_chunked, q, k, v, beta, chunk_size=8, state=state)
         recurrent = grads(delta_rule_recurrent, q, k, v, beta, state)
-    for a, b in zip(chunked, recurrent):
+    names = ["q", "k", "v", "alpha", "beta", "state"] if gated else ["q", "k", "v", "beta", "state"]
+    for name, a, b in zip(names, chunked, recurrent):
         assert a.abs().max() > 1e-3  # every input matters
-        assert max_err(a, b) < 1e-9
+        ledger.check(f"gradient of {name}, chunked", "the recurrent form's, by autograd", a, b,
+                     tol=1e-9)
 
 
 def test_tiny_alpha_gives_finite_gradients_in_fp32():

@@ -53,16 +53,18 @@ def _hf_forward(hf, x, cos, sin):
     return out
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("q_lora_rank", [None, 24])
 @pytest.mark.parametrize("rope_interleave", [True, False])
-def test_matches_hf_deepseek_v3_attention_fp32(q_lora_rank, rope_interleave):
+def test_matches_hf_deepseek_v3_attention_fp32(q_lora_rank, rope_interleave, ledger):
     hf, ours, rotary = _hf_pair(q_lora_rank, rope_interleave, torch.float32)
     x = torch.randn(2, 40, 64)
     cos, sin = rotary(x, torch.arange(40)[None])  # HF's own RoPE tables (B, T, D_r)
     with torch.no_grad():
         ref = _hf_forward(hf, x, cos, sin)
         for absorb in (False, True):
-            assert max_err(ours(x, absorb=absorb), ref) <= 1e-5
+            ledger.check(f"MLA output, absorb={absorb}", ledger.hf("DeepseekV3Attention (eager)"),
+                         ours(x, absorb=absorb), ref, tol=1e-5)
     # The RoPE layout matters: the other pairing is a different function.
     other = "half" if rope_interleave else "interleaved"
     wrong = MultiHeadLatentAttention(MLAConfig(**SIZES, q_lora_rank=q_lora_rank,
@@ -72,9 +74,10 @@ def test_matches_hf_deepseek_v3_attention_fp32(q_lora_rank, rope_interleave):
         assert max_err(wrong(x), ref) > 1e-3
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("q_lora_rank", [None, 24])
 @pytest.mark.parametrize("rope_interleave", [True, False])
-def test_matches_hf_deepseek_v3_attention_fp64(q_lora_rank, rope_interleave):
+def test_matches_hf_deepseek_v3_attention_fp64(q_lora_rank, rope_interleave, ledger):
     """HF computes its RMSNorm, RoPE angles and eager softmax in fp32 even for fp64 inputs.
     For a 1e-12 comparison its two norms become torch.nn.RMSNorm (same weights, computed in
     fp64), its attention runs through PyTorch's SDPA ("sdpa", fp64 throughout), and the RoPE
@@ -94,15 +97,18 @@ def test_matches_hf_deepseek_v3_attention_fp64(q_lora_rank, rope_interleave):
     with torch.no_grad():
         ref = _hf_forward(hf, x, emb.cos(), emb.sin())
         for absorb in (False, True):
-            assert max_err(ours(x, absorb=absorb), ref) <= 1e-12
+            ledger.check(f"MLA output, absorb={absorb}",
+                         ledger.hf("DeepseekV3Attention (sdpa, fp64 norms and RoPE tables)"),
+                         ours(x, absorb=absorb), ref, tol=1e-12)
 
 
 # ---- (b) cached decoding equals the full causal pass ------------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", TOLS)
 @pytest.mark.parametrize("absorb", [False, True])
 @pytest.mark.parametrize("q_lora_rank", [None, 24])
-def test_cached_decoding_matches_full_pass(dtype, tol, absorb, q_lora_rank):
+def test_cached_decoding_matches_full_pass(dtype, tol, absorb, q_lora_rank, ledger):
     mla = random_mla(dtype, q_lora_rank=q_lora_rank)
     x = torch.randn(3, 30, 64, dtype=dtype)
     with torch.no_grad():
@@ -112,7 +118,8 @@ def test_cached_decoding_matches_full_pass(dtype, tol, absorb, q_lora_rank):
         pieces += [mla(x[:, i:i + 1], cache, absorb=absorb) for i in range(10, 16)]  # one by one
         pieces += [mla(x[:, 16:30], cache, absorb=absorb)]  # a chunk after a cached prefix
     assert cache.pos == 30
-    assert max_err(torch.cat(pieces, dim=1), full) <= tol
+    ledger.check("MLA output decoded with the latent cache", "the full causal pass",
+                 torch.cat(pieces, dim=1), full, tol=tol)
 
 
 def test_later_tokens_never_change_earlier_outputs():
@@ -128,13 +135,15 @@ def test_later_tokens_never_change_earlier_outputs():
 
 # ---- (c) absorbed = explicit, and the cache holds only the latent and the RoPE key ------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", TOLS)
 @pytest.mark.parametrize("q_lora_rank", [None, 24])
-def test_absorbed_equals_explicit(dtype, tol, q_lora_rank):
+def test_absorbed_equals_explicit(dtype, tol, q_lora_rank, ledger):
     mla = random_mla(dtype, q_lora_rank=q_lora_rank)
     x = torch.randn(2, 25, 64, dtype=dtype)
     with torch.no_grad():
-        assert max_err(mla(x, absorb=True), mla(x, absorb=False)) <= tol
+        ledger.check("MLA output, absorbed", "the explicit up-projection", mla(x, absorb=True),
+                     mla(x, absorb=False), tol=tol)
 
 
 def test_absorbed_path_never_up_projects_the_cache():

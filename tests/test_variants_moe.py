@@ -33,31 +33,39 @@ def dense_reference(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(x.shape)
 
 
+DENSE = "every expert on every token, dense gates written out"
+
+
 # ---- (a) equal to a dense reference that runs every expert on every token ---------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", TOLS)
 @pytest.mark.parametrize("n_experts, top_k", [(4, 1), (4, 2), (4, 3), (4, 4), (6, 2), (1, 1)])
-def test_matches_dense_reference(dtype, tol, n_experts, top_k):
+def test_matches_dense_reference(dtype, tol, n_experts, top_k, ledger):
     moe = random_moe(n_experts, top_k, dtype)
     x = torch.randn(3, 10, 16, dtype=dtype)
     with torch.no_grad():
         out, _ = moe(x)
         assert out.shape == x.shape
-        assert (out - dense_reference(moe, x)).abs().max().item() <= tol
+        ledger.check(f"MoE output, top {top_k} of {n_experts}", DENSE, out,
+                     dense_reference(moe, x), tol=tol)
 
 
+@pytest.mark.equality
 @pytest.mark.parametrize("dtype, tol", TOLS)
-def test_top_k_equal_to_n_experts_is_the_dense_softmax_mixture(dtype, tol):
+def test_top_k_equal_to_n_experts_is_the_dense_softmax_mixture(dtype, tol, ledger):
     moe = random_moe(4, 4, dtype)
     x = torch.randn(2, 7, 16, dtype=dtype)
     with torch.no_grad():
         out, _ = moe(x)
         probs = torch.softmax(moe.router(x), dim=-1)  # (B, T, E): no renormalising needed
         mixture = sum(probs[..., e:e + 1] * expert(x) for e, expert in enumerate(moe.experts))
-    assert (out - mixture).abs().max().item() <= tol
+    ledger.check("MoE output, top 4 of 4", "the softmax mixture of every expert", out, mixture,
+                 tol=tol)
 
 
-def test_top_1_uses_one_expert_per_token_with_gate_1():
+@pytest.mark.equality
+def test_top_1_uses_one_expert_per_token_with_gate_1(ledger):
     moe = random_moe(4, 1)
     x = torch.randn(2, 9, 16)
     with torch.no_grad():
@@ -66,7 +74,8 @@ def test_top_1_uses_one_expert_per_token_with_gate_1():
         single = torch.stack([moe.experts[int(e)](x[b, t]) for b, t, e in
                               ((b, t, choice[b, t]) for b in range(2) for t in range(9))])
     assert torch.equal(moe.last_expert_index[..., 0], choice)
-    assert (out.reshape(18, 16) - single).abs().max().item() <= 1e-5
+    ledger.check("MoE output, top 1", "the argmax expert alone, gate 1", out.reshape(18, 16),
+                 single, tol=1e-5)
 
 
 def test_each_expert_sees_only_its_tokens():
@@ -84,8 +93,9 @@ def test_each_expert_sees_only_its_tokens():
 
 # ---- (b) equal to Hugging Face's Mixtral sparse MoE block -------------------------------
 
+@pytest.mark.equality
 @pytest.mark.parametrize("n_experts, top_k", [(4, 2), (8, 2), (4, 1), (4, 4)])
-def test_matches_hf_mixtral_sparse_moe_block(n_experts, top_k):
+def test_matches_hf_mixtral_sparse_moe_block(n_experts, top_k, ledger):
     """HF's router computes its softmax in fp32 even for fp64 input, so this runs in fp32."""
     transformers = require("transformers")
     mixtral = require("transformers.models.mixtral.modeling_mixtral")
@@ -104,16 +114,19 @@ def test_matches_hf_mixtral_sparse_moe_block(n_experts, top_k):
     x = torch.randn(2, 12, 16)
     with torch.no_grad():
         out, aux = ours(x)
-        assert (out - hf(x)).abs().max().item() <= 1e-5
+        ledger.check(f"MoE output, top {top_k} of {n_experts}",
+                     ledger.hf("MixtralSparseMoeBlock"), out, hf(x), tol=1e-5)
         # HF's Mixtral loss divides the expert counts by N, not N·k: k times ours.
         logits = hf.gate(x)[0]  # (N, E)
         hf_aux = mixtral.load_balancing_loss_func((logits,), n_experts, top_k)
-    assert abs(top_k * aux.item() - hf_aux.item()) <= 1e-5
+    ledger.check("load-balancing loss × k", ledger.hf("load_balancing_loss_func"), top_k * aux,
+                 hf_aux, tol=1e-5)
 
 
 # ---- (c) the load-balancing loss --------------------------------------------------------
 
-def test_aux_loss_matches_its_formula_computed_by_hand():
+@pytest.mark.equality
+def test_aux_loss_matches_its_formula_computed_by_hand(ledger):
     moe = random_moe(5, 2, torch.float64)
     x = torch.randn(4, 6, 16, dtype=torch.float64)
     _, aux = moe(x)
@@ -123,9 +136,11 @@ def test_aux_loss_matches_its_formula_computed_by_hand():
     f = [sum(row.count(i) for row in chosen) / (N * 2) for i in range(5)]
     P = [sum(probs[n, i].item() for n in range(N)) / N for i in range(5)]
     expected = 5 * sum(f_i * P_i for f_i, P_i in zip(f, P))
-    assert abs(aux.item() - expected) <= 1e-12
-    assert abs(load_balancing_loss(probs, moe.last_expert_index.reshape(-1, 2), 5).item()
-               - expected) <= 1e-12
+    ledger.record("load-balancing loss of the layer", "E · Σ f_i P_i in Python floats",
+                  "float64", abs(aux.item() - expected), tol=1e-12)
+    ledger.record("load_balancing_loss", "E · Σ f_i P_i in Python floats", "float64",
+                  abs(load_balancing_loss(probs, moe.last_expert_index.reshape(-1, 2), 5).item()
+                      - expected), tol=1e-12)
 
 
 @pytest.mark.parametrize("top_k", [1, 2])
@@ -157,7 +172,8 @@ def test_aux_loss_is_one_for_an_even_split_and_grows_as_the_router_collapses():
 
 # ---- (d) gradients reach the router through the gates ------------------------------------
 
-def test_router_gradient_flows_through_the_gates_and_matches_the_dense_reference():
+@pytest.mark.equality
+def test_router_gradient_flows_through_the_gates_and_matches_the_dense_reference(ledger):
     moe = random_moe(4, 2, torch.float64)
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     weights = torch.randn(2, 8, 16, dtype=torch.float64)
@@ -167,7 +183,8 @@ def test_router_gradient_flows_through_the_gates_and_matches_the_dense_reference
     moe.zero_grad()
     (dense_reference(moe, x) * weights).sum().backward()
     assert ours.abs().max().item() > 1e-3
-    assert (ours - moe.router.weight.grad).abs().max().item() <= 1e-12
+    ledger.check("router gradient", DENSE + ", by autograd", ours, moe.router.weight.grad,
+                 tol=1e-12)
 
 
 def test_gradcheck_through_routing():
