@@ -15,7 +15,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 # ledger (tests/ledger_plugin.py): the `ledger` fixture of the tests marked `equality`, and the
 # hooks that check them.
 pytest_plugins = ["stage_times", "ledger_plugin"]
-from ledger_plugin import reference_loaded  # noqa: E402
 
 # The device of the tests marked `gpu` (tests/test_gpu.py): CUDA, unless
 # TRANSFORMER_LIB_TEST_DEVICE names another (e.g. "cpu", to run their logic on a machine
@@ -126,6 +125,8 @@ def require(package: str):
     """Import ``package`` for a reference comparison. Outside CI a missing package skips the
     test with the reason; in CI (``CI`` set) it fails, so reference tests can never be skipped.
     A test that calls it is a comparison: it must be marked ``equality`` (tests/ledger_plugin.py)."""
+    from ledger_plugin import reference_loaded  # registered above, by pytest_plugins
+
     reference_loaded(package)
     try:
         return importlib.import_module(package)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from execute_notebooks import execute_into_cache
+
 from i18n import editions, languages
 
 ROOT = Path(__file__).resolve().parent.parent
