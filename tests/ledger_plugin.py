@@ -253,6 +253,8 @@ def pytest_configure(config):
                             "implementation; records its rows through the `ledger` fixture")
     config.addinivalue_line("markers", "differs: calls a reference only to show a difference "
                             "(a control), not an equality: no ledger row")
+    config.addinivalue_line("markers", "reference_input: builds its input with a reference "
+                            "library (a Hugging Face config) and compares nothing: no ledger row")
     if WRITE and hasattr(config, "workerinput"):
         raise pytest.UsageError("LEDGER_WRITE=1 writes one file: run without -n (make ledger)")
 
@@ -275,7 +277,8 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     global _guard
-    watch = (all(item.get_closest_marker(m) is None for m in ("equality", "differs", "gpu"))
+    watch = (all(item.get_closest_marker(m) is None
+                 for m in ("equality", "differs", "reference_input", "gpu"))
              and _is_test_file(item.fspath))
     if not watch:
         return (yield)

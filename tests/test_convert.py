@@ -38,6 +38,7 @@ SCALED_ROPE = {
 }
 
 
+@pytest.mark.reference_input  # a Hugging Face config as input; no comparison
 @pytest.mark.parametrize("rope_type", SCALED_ROPE)
 def test_scaled_rope_is_refused_in_transformers_5_configs(rope_type):
     """transformers 5 keeps θ and the RoPE type together in ``rope_parameters``."""
@@ -63,6 +64,7 @@ def test_scaled_rope_is_refused_in_transformers_4_configs(rope_type, key):
         _rope_theta(v4)
 
 
+@pytest.mark.reference_input  # a Hugging Face config as input; no comparison
 def test_plain_rope_passes_in_both_config_generations():
     transformers = require("transformers")
     assert _rope_theta(transformers.LlamaConfig(rope_theta=5e5)) == 5e5

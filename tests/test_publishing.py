@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -280,11 +281,13 @@ _TEXT = {".md", ".yml", ".yaml", ".py", ".toml", ".txt", ".cfg", ".json", ".cjs"
 
 
 def _text_files(root: Path):
-    for path in sorted(root.rglob("*")):
-        parts = set(path.relative_to(root).parts[:-1])
-        if (path.is_file() and path.suffix in _TEXT and not parts & _SKIP_DIRS
-                and not any(p.endswith(".egg-info") for p in parts)):
-            yield path
+    """The text files under ``root``, never entering a skipped folder (``_build``, ``.venv``,
+    …): the walk itself stays out of generated outputs."""
+    found = []
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".egg-info")]
+        found += [Path(folder) / name for name in filenames if Path(name).suffix in _TEXT]
+    yield from sorted(found)
 
 
 def address_copies(root: Path) -> list[str]:
