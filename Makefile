@@ -110,7 +110,7 @@ lint: $(STAMP)
 # The contributor's quick loop: ruff, then tests/ without the book (no notebook executed, no
 # browser, no fresh environment, no GPU, no training run; the markers are in pyproject.toml).
 # `make test` runs all of them.
-QUICK := not slow and not book and not browser and not notebook and not train and not gpu
+QUICK := not slow and not book and not browser and not notebook and not train and not gpu and not figures
 check: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m "$(QUICK)" tests
 

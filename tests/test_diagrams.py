@@ -11,6 +11,9 @@ import torch
 from transformer_lib.attention import repeat_kv
 from transformer_lib.plotting import FIGURE_WIDTH, gqa_heads, layer_structures, phone_text_px
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 
 @pytest.fixture(autouse=True)
 def close_figures():

@@ -18,6 +18,9 @@ from matplotlib.text import Annotation
 from transformer_lib import plotting
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 
 @pytest.fixture(autouse=True)
 def close_figures():

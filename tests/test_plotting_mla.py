@@ -12,6 +12,9 @@ from matplotlib.patches import FancyBboxPatch
 
 from transformer_lib.plotting import FIGURE_WIDTH, mla_data_flow
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 
 def test_the_diagram_writes_the_sizes_it_is_given():
     fig, ax = mla_data_flow(d_model=64, kv_lora_rank=32, rope_dim=8, n_heads=4, head_dim=16)

@@ -12,6 +12,9 @@ import pytest
 
 from transformer_lib.plotting import FIGURE_WIDTH, flash_tiling, phone_text_px
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 
 def _patches(ax):
     return {p.get_gid(): p for p in ax.patches if p.get_gid()}

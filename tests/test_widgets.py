@@ -23,6 +23,9 @@ from transformer_lib.widgets.attention import _attention_frames
 from transformer_lib.widgets.frames import _png_width
 from transformer_lib.widgets.rope import _rope_pair_frames, _rope_score_frames, _rope_score_table
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 N_EXAMPLES, SEQ_LEN, SEED = 2, 4, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -21,6 +21,9 @@ from transformer_lib.plotting import WEIGHT_CMAP
 from transformer_lib.widgets import heads as heads_module
 from transformer_lib.widgets.heads import _heads_frames
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "03_multi_head.ipynb"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -16,6 +16,9 @@ from transformer_lib.cache import KVCache
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.widgets.kv_memory import _cache_bytes, _kv_memory_frame, _weight_bytes
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 MODELS, KV, CONTEXTS, DTYPES = list(W.KV_PRESETS), list(W.KV_HEAD_CHOICES), list(W.KV_CONTEXTS), \
     list(W.KV_DTYPES)
 PUBLISHED = {"Llama 3.2 1B": 1_235_814_400, "Llama 2 7B": 6_738_415_616,

@@ -20,6 +20,9 @@ from transformer_lib.encoder_decoder import EncoderDecoder, LabelSmoothingLoss
 from transformer_lib.tasks import reversal_batch, reversal_config
 from transformer_lib.widgets.norms import PLACEMENTS, STACKS, STYLES, _gradient_frames, _y_limits
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DEPTHS = [2, 4, 6, 8, 12, 16]
 

@@ -21,6 +21,9 @@ from transformer_lib.widgets.online_softmax import (
     _online_softmax_steps,
 )
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 N_KEYS, TILES, SEED = 10, (2, 4), 3  # the small explorer: 2 tile sizes × 6 steps
 N_STEPS = 10 // 2 + 1
 

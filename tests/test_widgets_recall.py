@@ -17,6 +17,9 @@ from transformer_lib.plotting.style import PURPLE
 from transformer_lib.recall import recall, recall_by_age, recall_pairs
 from transformer_lib.widgets.recall import _recall_frames
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 N_PAIRS, ALPHAS, D, TRIALS, SEED = (4, 8, 16), (0.5, 0.9, 1.0), 8, 30, 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,6 +17,9 @@ from transformer_lib.text import generate_text, load_text_model
 from transformer_lib.widgets.frames import _png_width
 from transformer_lib.widgets.sampling import _sampling_bars, _sampling_frames
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 TEMPERATURES, TOP_KS, TOP_PS = (0.0, 1.0), (None, 3), (None, 0.9)
 RULES = [(t, k, p) for t in TEMPERATURES for k in TOP_KS for p in TOP_PS]
 PROMPT, SEED, N_NEW = "MACBETH.\nI have s", 3, 24

@@ -14,6 +14,9 @@ from transformer_lib import widgets as W
 from transformer_lib.plotting.style import BLUE, VERMILLION
 from transformer_lib.widgets.softmax import _softmax_frames, _softmax_table, _softmax_texts
 
+# Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
+pytestmark = pytest.mark.figures
+
 DIMS, N_KEYS, SEED = (1, 4, 16, 64, 256, 1024), 8, 0
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
