@@ -102,7 +102,7 @@ class DecoderBlock(nn.Module):
 
     Args:
         config: the model's sizes and choices.
-        layer_idx: the block's place in the model (its slot in a :class:`KVCache`).
+        layer_idx: the block's place in the model (its slot in a :class:`~transformer_lib.cache.KVCache`).
     """
 
     def __init__(self, config: DecoderConfig, layer_idx: int = 0):
@@ -230,7 +230,7 @@ class Decoder(nn.Module):
                 which it defaults to; its memory grows linearly with it.
 
         Returns:
-            a :class:`KVCache` with ``k``, ``v`` of shape ``(n_layers, B, H_kv, max_seq_len, D)``.
+            a :class:`~transformer_lib.cache.KVCache` with ``k``, ``v`` of shape ``(n_layers, B, H_kv, max_seq_len, D)``.
         """
         c, w = self.config, self.embed_tokens.weight
         check_positive(batch_size=batch_size)
