@@ -78,10 +78,23 @@ def bigram_search(code: str, script: str) -> type[SearchChinese]:
         lang = code
         js_splitter_code = _SPLITTER.replace("SCRIPT", SCRIPT_PROPERTY[script])
 
+        def init(self, options: dict) -> None:
+            super().init(options)
+            self.latin_words: set[str] = set()  # Sphinx keeps a list: a lookup per word, O(n²)
+
         def split(self, input: str) -> list[str]:
             latin = [term.strip() for term in self.latin1_letters.findall(input)]
-            self.latin_terms.extend(latin)
+            self.latin_words.update(latin)
             return script_terms(input, script) + latin
+
+        def stem(self, word: str) -> str:
+            """Sphinx's Chinese stemming of a Latin word (a word of 3 letters or more that
+            stemming would cut below 3 stays whole), looked up in a set."""
+            lowered = word.lower()
+            stemmed = self.stemmer.stemWord(lowered)
+            if word in self.latin_words and len(word) >= 3 and len(stemmed) < 3:
+                return lowered
+            return stemmed
 
         def word_filter(self, stemmed_word: str) -> bool:
             return len(stemmed_word) > 1 or bool(letters.fullmatch(stemmed_word))

@@ -20,7 +20,8 @@ STAGES = (
     ("grader", ("tests/test_grade.py",)),
     ("Gradescope", ("tests/test_gradescope.py",)),
     ("browser", ("tests/test_browser",)),
-    ("Chinese catalogs", ("tests/test_zh.py",)),
+    ("editions in other languages", ("tests/test_i18n.py",)),
+    ("planted bugs", ("tests/test_planted_bugs.py",)),
     ("built book", ("tests/test_book.py", "tests/test_publishing.py")),
 )
 LIBRARY = "library and tools"
