@@ -102,7 +102,8 @@ class DecoderBlock(nn.Module):
 
     Args:
         config: the model's sizes and choices.
-        layer_idx: the block's place in the model (its slot in a :class:`~transformer_lib.cache.KVCache`).
+        layer_idx: the block's place in the model (its slot in a
+            :class:`~transformer_lib.cache.KVCache`).
     """
 
     def __init__(self, config: DecoderConfig, layer_idx: int = 0):
@@ -230,7 +231,8 @@ class Decoder(nn.Module):
                 which it defaults to; its memory grows linearly with it.
 
         Returns:
-            a :class:`~transformer_lib.cache.KVCache` with ``k``, ``v`` of shape ``(n_layers, B, H_kv, max_seq_len, D)``.
+            a :class:`~transformer_lib.cache.KVCache` with ``k``, ``v`` of shape
+            ``(n_layers, B, H_kv, max_seq_len, D)``.
         """
         c, w = self.config, self.embed_tokens.weight
         check_positive(batch_size=batch_size)

@@ -308,6 +308,8 @@ def batched_reference(model: Decoder, prompts: Sequence[Tensor], n: int, *,
     return torch.cat(new, dim=1)  # (B, n)
 
 
+#: The usual mistakes of batched generation: the keyword arguments of
+#: :func:`batched_reference` that make each one, and the message it earns.
 BATCH_MISTAKES = [
     (dict(mask="none"), "the padding tokens were attended: they are keys like any other "
                         "unless a mask over the keys, (B, 1, 1, S), blocks them"),
