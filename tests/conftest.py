@@ -1,6 +1,7 @@
 """Shared fixtures: seeds, weight randomisation, and access to the optional reference library."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -152,6 +153,21 @@ def checkers_in(module) -> list[str]:
     return [name for name, value in vars(module).items()
             if name.startswith("check_") and callable(value)
             and getattr(value, "__module__", None) == module.__name__]
+
+
+@contextlib.contextmanager
+def trusting(*functions):
+    """Within the block, the student's code may call ``functions`` (a checker's reference),
+    so that a test can build a wrong answer from the reference with one thing changed. It
+    edits the guard's set directly: a call into the guard from "student" code is refused."""
+    from transformer_lib.checks import _guard
+
+    codes = {f.__code__ for f in functions} - _guard._GIVEN
+    _guard._GIVEN.update(codes)
+    try:
+        yield
+    finally:
+        _guard._GIVEN.difference_update(codes)
 
 
 def assert_rejected(check, wrong, fragments, capsys) -> None:

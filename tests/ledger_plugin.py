@@ -232,6 +232,7 @@ class _Guard:
                 guard.seen.append(label)
             return original(*args, **kwargs)
 
+        spied.__wrapped__ = original  # what it stands for, to whoever looks (a checker's guard)
         return spied
 
 

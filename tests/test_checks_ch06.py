@@ -26,7 +26,7 @@ from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
 from chapter_solutions import references
-from conftest import mistake_tests, randomize_, require
+from conftest import mistake_tests, randomize_, require, trusting
 
 decoder_param_count, gqa_to_mha, qk_norm_attention = references(
     "06_modern_decoder", "decoder_param_count", "gqa_to_mha", "qk_norm_attention")
@@ -87,7 +87,8 @@ def in_place(state_dict, n_heads, n_kv_heads):
 
 def qk_norm_variant(**mistake):
     def attention(x, attn, q_norm, k_norm, cos, sin):
-        return _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, **mistake)
+        with trusting(_qk_norm_attention):  # the checker's reference, one thing changed
+            return _qk_norm_attention(x, attn, q_norm, k_norm, cos, sin, **mistake)
 
     return attention
 
@@ -166,7 +167,7 @@ WRONG = [
      ["2 of 4 checks passed", "this case follows OLMo 2"]),
     (check_qk_norm_attention,  # the library's attention: no QK-norm at all
      lambda x, attn, q_norm, k_norm, cos, sin: attn(x, rope=(cos, sin), causal=True),
-     ["0 of 4 checks passed", "wrong values in the output"]),
+     ["0 of 4 checks passed", "MultiHeadAttention.forward` is not allowed here"]),
     (check_qk_norm_attention,
      lambda *args: qk_norm_attention(*args).view(args[0].shape[0], args[0].shape[1],
                                                  args[1].n_heads, -1).transpose(1, 2),

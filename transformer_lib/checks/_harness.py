@@ -11,6 +11,7 @@ the answer matches a known mistake; :func:`_compare_number` does the same for a 
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from transformer_lib.checks import _forbid
+from transformer_lib.checks import _guard
+from transformer_lib.checks._guard import Rules
 
 # fp32 inputs, and a student may order the operations differently from the reference
 # (q / √D before or after the matmul, max subtracted or not): a few ulps of the scores.
@@ -97,7 +99,13 @@ class _NotAttempted(Exception):
 Case = tuple[str, Callable[[], None]]  # (what the check does, run it: raises _Failure)
 
 
-def _run(exercise: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
+# What the student's code may call while the current checker runs (see :mod:`._guard`).
+# Outside a checker (a test calling _call directly) nothing of the library may be called.
+_RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("rules", default=None)
+_DENY_ALL = Rules()
+
+
+def _run(exercise: str, fn: Any, cases: Sequence[Case], *, rules: Rules) -> CheckResult:
     """Run every case, print the verdict, return it. Never raises.
 
     Args:
@@ -105,6 +113,8 @@ def _run(exercise: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
         fn: the student's function.
         cases: ``(description, run)`` pairs; ``run()`` raises :class:`_Failure` (or
             :class:`_NotAttempted`) when the check fails.
+        rules: what the student's code may call (:class:`~._guard.Rules`); every call of
+            the student's function in the cases (:func:`_call`) runs under them.
 
     Returns:
         The :class:`CheckResult`, after printing its report.
@@ -113,6 +123,14 @@ def _run(exercise: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
     if not callable(fn):
         head = f"{exercise}: expected a function to check, got {_describe(fn)}."
         return _finish(exercise, False, False, [head], [head])
+    token = _RULES.set(rules)
+    try:
+        return _run_cases(exercise, name, cases)
+    finally:
+        _RULES.reset(token)
+
+
+def _run_cases(exercise: str, name: str, cases: Sequence[Case]) -> CheckResult:
     lines: list[str] = []
     failures: list[str] = []
     hints: set[str] = set()
@@ -210,36 +228,40 @@ def _is_stub(exc: NotImplementedError) -> bool:
 
 
 def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
-    """``fn(*args)``, where the stub's NotImplementedError means "not attempted yet": it
-    becomes _NotAttempted, naming the function that raised it. Other exceptions, another
-    NotImplementedError included (:func:`_is_stub`), pass through."""
-    try:
-        return fn(*args)
-    except NotImplementedError as exc:
-        if not _is_stub(exc):
-            raise
-        frames = _outside_checks(exc)
-        raise _NotAttempted(frames[-1].name if frames else None) from None
+    """``fn(*args)`` under the current exercise's rules (:mod:`._guard`), where the stub's
+    NotImplementedError means "not attempted yet": it becomes _NotAttempted, naming the
+    function that raised it. A call the rules refuse, caught by the student's code or not,
+    is a _Failure naming it. Other exceptions, another NotImplementedError included
+    (:func:`_is_stub`), pass through."""
+    rules = _RULES.get() or _DENY_ALL
+    with _guard.guard(rules) as watch:
+        try:
+            result = fn(*args)
+        except NotImplementedError as exc:
+            if watch.refusals or not _is_stub(exc):
+                raise
+            frames = _outside_checks(exc)
+            raise _NotAttempted(frames[-1].name if frames else None) from None
+        except Exception:
+            if not watch.refusals:
+                raise
+    if watch.refusals:
+        raise _Failure(f"this exercise asks you to write it yourself: `{watch.refusals[0]}` "
+                       "is not allowed here", f"{rules.explain()}; write the rest with "
+                       "tensor operations") from None
+    return result
 
 
-def _call(fn: Callable, args: Sequence[Any], names: Sequence[str], *,
-          forbid: Sequence[str] = ()) -> Any:
-    """``fn(*args)`` on copies of the tensor arguments.
+def _call(fn: Callable, args: Sequence[Any], names: Sequence[str]) -> Any:
+    """``fn(*args)`` on copies of the tensor arguments, under the exercise's rules.
 
-    ``forbid`` names callables the exercise asks the student to write themselves (see
-    :func:`transformer_lib.checks._forbid.forbid`): calling one fails the check, naming it.
     Raises _NotAttempted for the stub's NotImplementedError (:func:`_is_stub`), _Failure for
-    any other exception and for an argument changed in place."""
+    a call the rules refuse, for any other exception and for an argument changed in place."""
     inputs = [a.clone() if isinstance(a, Tensor) else a for a in args]
     try:
-        with _forbid.forbid(fn, forbid):
-            result = _attempt(fn, inputs)
-    except _NotAttempted:
+        result = _attempt(fn, inputs)
+    except (_NotAttempted, _Failure):
         raise
-    except _forbid.LibraryUsed as exc:
-        raise _Failure(f"calls `{exc.name}`, which does the work this exercise asks for",
-                       "write the computation yourself with tensor operations; the "
-                       "ready-made function is what your code is checked against") from None
     except Exception as exc:  # noqa: BLE001 - reported, never raised into the notebook
         line = _student_line(exc)
         where = f" at `{line}`" if line else ""
@@ -258,7 +280,7 @@ def _expect_value_error(fn: Callable, args: Sequence[Any], reason: str,
     """``fn(*args)`` must raise a ValueError whose message names ``must_name``."""
     try:
         result = _attempt(fn, args)
-    except _NotAttempted:
+    except (_NotAttempted, _Failure):
         raise
     except ValueError as exc:
         missing = [v for v in must_name if v not in str(exc)]

@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import (
     SEED,
     CheckResult,
@@ -16,6 +17,12 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "mha_shapes": Rules(),
+}
+
 
 # Shapes of a multi-head attention layer ---------------------------------------------------
 
@@ -78,4 +85,4 @@ def check_mha_shapes(mha_shapes: Callable[..., tuple]) -> CheckResult:
         ("grouped-query: B=2, T=10, S=4, C=48, H=6, H_kv=3", case(2, 10, 4, 48, 6, 3)),
         ("multi-head: B=1, T=5, S=5, C=32, H=4, H_kv=4", case(1, 5, 5, 32, 4, 4)),
         ("multi-query: B=3, T=7, S=9, C=64, H=8, H_kv=1", case(3, 7, 9, 64, 8, 1)),
-    ])
+    ], rules=RULES["mha_shapes"])

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -20,6 +21,14 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "score_scale": Rules(),
+    "left_padded_causal_mask": Rules(allow=("causal_mask",)),
+    "chunked_causal_attention": Rules(allow=("causal_mask", "scaled_dot_product_attention")),
+}
+
 
 # The scale for queries and keys of variance σ² -------------------------------------------------
 
@@ -62,7 +71,7 @@ def check_score_scale(score_scale: Callable[[int, float], float]) -> CheckResult
         ("d_k = 64, σ = 2", case(64, 2.0)),
         ("d_k = 9, σ = 0.5", case(9, 0.5)),
         ("d_k = 1024, σ = 0.05", case(1024, 0.05)),
-    ])
+    ], rules=RULES["score_scale"])
 
 
 # The mask of a left-padded batch ------------------------------------------------------------
@@ -156,12 +165,13 @@ def check_left_padded_causal_mask(
         ("one step of generation: lengths [5, 3], T = 1, S = 5", case([5, 3], 1, 5)),
         ("3 new positions: lengths [1, 3, 6, 2], T = 3, S = 6", case([1, 3, 6, 2], 3, 6)),
         ("no padding: lengths [5, 5], T = 2, S = 5", case([5, 5], 2, 5)),
-    ])
+    ], rules=RULES["left_padded_causal_mask"])
 
 
 # Causal attention, a chunk of queries at a time -------------------------------------------
 
 
+@given
 class _WatchWeights(TorchFunctionMode):
     """Records what a function computes that holds more than ``chunk`` query rows of
     ``(T, T)`` weights: a floating-point tensor whose last two sizes are ``(T, T)``, or a call
@@ -293,4 +303,4 @@ def check_chunked_causal_attention(
         ("chunk = 16, more than T = 12: a single chunk", case(q, k, v, 16)),
         ("values of width 5, not 4 (Dv ≠ D), in chunks of 5", case(q5, k5, v5, 5)),
         ("at most `chunk` query rows at once: no (T, T) weights", watched(q, k, v, 4)),
-    ])
+    ], rules=RULES["chunked_causal_attention"])

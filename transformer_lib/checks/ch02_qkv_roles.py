@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -20,6 +21,14 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "teacher_forcing": Rules(),
+    "head_bilinear_forms": Rules(),
+    "first_future_leak": Rules(),
+}
+
 
 IGNORE_INDEX = -100  #: the label that LabelSmoothingLoss and F.cross_entropy leave out
 
@@ -88,7 +97,7 @@ def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple]) 
          case(_padded_targets([6, 4, 2], 6, 10, g), 11, 10)),
         ("pad = 0, bos = 1, lengths 3, 1", case(_padded_targets([3, 1], 4, 0, g), 1, 0)),
         ("one token: tgt (2, 1), bos = 5, pad = 0", case(_padded_targets([1, 1], 1, 0, g), 5, 0)),
-    ])
+    ], rules=RULES["teacher_forcing"])
 
 
 # The bilinear form of each head ---------------------------------------------------------------
@@ -182,7 +191,7 @@ def check_head_bilinear_forms(head_bilinear_forms: Callable[[Tensor, Tensor, int
         ("C = 8, H = 4 (D = 2)", case(8, 4)),
         ("C = 12, H = 3 (D = 4)", case(12, 3)),
         ("one head: C = 6, H = 1", case(6, 1)),
-    ])
+    ], rules=RULES["head_bilinear_forms"])
 
 
 # Where a decoder sees the future --------------------------------------------------------------
@@ -198,6 +207,7 @@ def _toy_decoder(visible: Tensor, vocab_size: int,
     n = visible.shape[0]
     weight = visible.float() * (1.0 + 0.1 * torch.arange(n).float())  # (T, T)
 
+    @given
     def decode(tgt: Tensor) -> Tensor:
         if not isinstance(tgt, Tensor) or tgt.dim() != 2 or tgt.dtype != torch.long:
             raise ValueError(f"decode takes token ids (B, T) of dtype long, got {_describe(tgt)}"
@@ -291,4 +301,4 @@ def check_first_future_leak(first_future_leak: Callable[[Callable, Tensor], int]
         ("position 1 sees 6, position 3 sees 4", case([(1, 6), (3, 4)])),
         ("position 0 sees the last token", case([(0, 7)])),
         ("one position: T = 1", case([], n=1)),
-    ])
+    ], rules=RULES["first_future_leak"])

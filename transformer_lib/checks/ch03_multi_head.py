@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -20,6 +21,14 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "attention_memory": Rules(),
+    "split_qkv": Rules(),
+    "to_per_head_layout": Rules(),
+}
+
 
 ROLES = ("queries", "keys", "values")  #: the three blocks of a fused projection, in order
 
@@ -89,7 +98,7 @@ def check_attention_memory(attention_memory: Callable[..., int]) -> CheckResult:
          case(1, 128, 512, 8, 8, 2)),
         ("batch 3, 10 tokens, C = 48, 6 heads, 1 key/value head, fp32",
          case(3, 10, 48, 6, 1, 4)),
-    ])
+    ], rules=RULES["attention_memory"])
 
 
 # Splitting a fused q, k, v output into heads --------------------------------------------------
@@ -188,7 +197,7 @@ def check_split_qkv(split_qkv: Callable[[Tensor, int], tuple]) -> CheckResult:
         ("qkv (1, 4, 24): C = 8 in 2 heads of width 4", case((1, 4, 24), 2)),
         ("qkv (2, 3, 24): C = 8 in 4 heads of width 2", case((2, 3, 24), 4)),
         ("qkv (2, 5, 30) and 4 heads raise a ValueError", not_divisible),
-    ])
+    ], rules=RULES["split_qkv"])
 
 
 # Converting a fused weight between the two layouts ------------------------------------------
@@ -284,4 +293,4 @@ def check_to_per_head_layout(to_per_head_layout: Callable[[Tensor, int], Tensor]
         ("bias (36,): C = 12 in 4 heads of width 3", case((36,), 4)),
         ("weight (36, 12): C = 12 in 2 heads of width 6", case((36, 12), 2)),
         ("weight (48, 16): C = 16 in 4 heads of width 4", case((48, 16), 4)),
-    ])
+    ], rules=RULES["to_per_head_layout"])

@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _as_number,
@@ -22,6 +23,13 @@ from transformer_lib.checks._harness import (
     _run,
 )
 from transformer_lib.encoder_decoder import EncoderLayer
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "noam_for_base_lr": Rules(),
+    "rezero_encoder_layer": Rules(allow=("MultiHeadAttention", "FeedForward")),
+    "deepnorm_gradient_profile": Rules(allow=("MultiHeadAttention", "FeedForward", "LayerNorm")),
+}
 
 # A Noam multiplier for a given base rate -----------------------------------------------------
 
@@ -134,18 +142,20 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
         ("d_model 128, warmup 50, base_lr 3.0: the rates LambdaLR reports for 120 steps",
          with_lambda_lr(128, 50, 3.0, 120)),
         ("base_lr 0 raises a ValueError", zero_base),
-    ])
+    ], rules=RULES["noam_for_base_lr"])
 
 
 # Layers for the two residual exercises ------------------------------------------------------
 
 
 def _refuse(message: str) -> Callable[..., Tensor]:
+    @given
     def refuse(*args, **kwargs) -> Tensor:
         raise RuntimeError(message)
     return refuse
 
 
+@given
 class _NoNorm(nn.Module):
     """Stands where a ReZero layer has no norm: calling it raises, with the reason."""
 
@@ -275,7 +285,7 @@ def check_rezero_encoder_layer(rezero_encoder_layer: Callable[[EncoderLayer, Ten
         ("B 1, T 3, C 8, 1 head, alpha -0.8", output(1, 3, 8, 1, -0.8)),
         ("alpha 0: the layer is exactly the identity", identity_at_zero),
         ("alpha gets its gradient (it is learnt)", alpha_learns),
-    ])
+    ], rules=RULES["rezero_encoder_layer"])
 
 
 # The gradient profile of a DeepNorm stack -------------------------------------------------------
@@ -364,4 +374,4 @@ def check_deepnorm_gradient_profile(deepnorm_gradient_profile: Callable[..., Ten
         ("1 layer, B 2, T 4, C 8, 2 heads", case(1, 2, 4, 8, 2)),
         ("3 layers, B 2, T 5, C 16, 2 heads", case(3, 2, 5, 16, 2)),
         ("6 layers, B 1, T 6, C 8, 1 head", case(6, 1, 6, 8, 1)),
-    ])
+    ], rules=RULES["deepnorm_gradient_profile"])

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask, repeat_kv
+from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -23,6 +24,15 @@ from transformer_lib.checks._harness import (
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import apply_rope, rope_cos_sin
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "decoder_param_count": Rules(),
+    "gqa_to_mha": Rules(),
+    "qk_norm_attention": Rules(allow=(
+        "causal_mask", "repeat_kv", "scaled_dot_product_attention", "RMSNorm", "apply_rope"),
+        refuse=("torch.nn.functional.rms_norm",)),
+}
 
 
 @torch.no_grad()
@@ -145,7 +155,7 @@ def check_decoder_param_count(decoder_param_count: Callable[..., int]) -> CheckR
                    tie_embeddings=False), True)),
         ("Llama 2 7B: V 32,000, C 4096, 32 layers, 32 heads, d_ff 11,008, untied",
          case(LLAMA2_7B, False)),
-    ])
+    ], rules=RULES["decoder_param_count"])
 
 
 # From a grouped-query checkpoint to a multi-head one --------------------------------------------
@@ -258,7 +268,7 @@ def check_gqa_to_mha(gqa_to_mha: Callable[[dict, int, int], dict]) -> CheckResul
         ("6 query heads, 2 KV heads (groups of 3), 1 layer", case(6, 2, 1, False)),
         ("4 query heads, 1 KV head (MQA), 2 layers", case(4, 1, 2, False)),
         ("3 query heads, 3 KV heads (already MHA), 1 layer", case(3, 3, 1, True)),
-    ])
+    ], rules=RULES["gqa_to_mha"])
 
 
 # Attention with QK-norm ----------------------------------------------------------------------
@@ -392,4 +402,4 @@ def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckRe
          case(2, 5, 32, 4, 2, True)),
         ("whole projection (OLMo 2): B 1, T 7, C 24, 3 heads, 3 KV heads",
          case(1, 7, 24, 3, 3, True)),
-    ])
+    ], rules=RULES["qk_norm_attention"])

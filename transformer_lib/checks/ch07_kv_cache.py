@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.cache import KVCache
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -27,6 +28,16 @@ from transformer_lib.checks._harness import (
 )
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.positional import apply_rope, rope_cos_sin
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "max_context": Rules(),
+    "cached_attention_step": Rules(allow=(
+        "causal_mask", "repeat_kv", "scaled_dot_product_attention", "apply_rope")),
+    "generate_batch": Rules(allow=(
+        "Decoder.new_cache", "DecoderBlock", "RMSNorm", "PositionCache.advance", "causal_mask")),
+    "speculative_step": Rules(allow=("Decoder.forward",)),
+}
 
 # The longest context that fits a budget -----------------------------------------------------
 
@@ -99,7 +110,7 @@ def check_max_context(max_context: Callable[..., int]) -> CheckResult:
         ("80 GiB, 80 layers with 8 KV heads of 128, batch 16, float16",
          case(80 * gib, 80, 8192, 64, 8, 16, torch.float16)),
         ("a budget smaller than one position: 0", case(200, 2, 64, 4, 1, 1, torch.float64)),
-    ])
+    ], rules=RULES["max_context"])
 
 
 # One cached step of a GQA layer on a chunk ---------------------------------------------------
@@ -236,7 +247,7 @@ def check_cached_attention_step(cached_attention_step: Callable[..., tuple]) -> 
         ("MQA: 6 query heads share one KV head, a chunk of 4 after 7",
          case(2, 6, 1, 4, 7, 4, False, 0)),
         ("an empty cache: a prompt of 5 tokens (prefill), MHA", case(1, 2, 2, 8, 0, 5, False, 2)),
-    ])
+    ], rules=RULES["cached_attention_step"])
 
 
 # A small decoder to decode with, and a counter of its forward passes -------------------------
@@ -247,8 +258,12 @@ def count_forwards(model: Decoder) -> Iterator[list[tuple[int, int]]]:
     """Within the block, every call of the model's first layer (any forward pass, written
     out or not) appends its ``(batch, new tokens)`` to the list it yields."""
     calls: list[tuple[int, int]] = []
-    handle = model.layers[0].register_forward_pre_hook(
-        lambda module, args: calls.append(tuple(args[0].shape[:2])))
+
+    @given
+    def record(module: nn.Module, args: tuple) -> None:
+        calls.append(tuple(args[0].shape[:2]))
+
+    handle = model.layers[0].register_forward_pre_hook(record)
     try:
         yield calls
     finally:
@@ -371,7 +386,7 @@ def check_batched_generation(generate_batch: Callable[..., Tensor]) -> CheckResu
         ("three prompts of 6, 1 and 4 tokens, 6 new tokens", case((6, 1, 4), 6)),
         ("two prompts of the same length (nothing padded), 4 new tokens", case((5, 5), 4)),
         ("one prompt of 4 tokens, 3 new tokens", case((4,), 3)),
-    ])
+    ], rules=RULES["generate_batch"])
 
 
 # Greedy speculative decoding: verify a draft, roll the cache back ------------------------------
@@ -544,5 +559,5 @@ def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResu
          one_step(2, 5, also_right_after=True)),
         ("8 steps of generation with a wrong guess in every draft: the greedy tokens",
          generation(8)),
-    ])
+    ], rules=RULES["speculative_step"])
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -22,6 +23,15 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "merge_softmax_stats": Rules(),
+    "tiled_causal_attention": Rules(
+        allow=("causal_mask",), refuse=("torch.nn.functional.scaled_dot_product_attention",)),
+    "combine_splits": Rules(),
+}
+
 
 NEG_INF = float("-inf")  #: the score of a blocked key
 
@@ -138,7 +148,7 @@ def check_merge_softmax_stats(merge_softmax_stats: Callable[..., tuple]) -> Chec
          case((1, 5), 3, 4, 2, masked2=rows)),
         ("a row that sees no key in either block, in float64",
          case((1, 5), 3, 4, 2, masked1=rows, masked2=rows, dtype=torch.float64)),
-    ])
+    ], rules=RULES["merge_softmax_stats"])
 
 
 # Core: causal attention in query and key tiles, skipping the future ---------------------------
@@ -178,6 +188,7 @@ def _tensors(value) -> list[Tensor]:
     return []
 
 
+@given
 class _NewTensors(TorchFunctionMode):
     """Records the shape of every tensor a torch function or tensor method creates while the
     block runs; views and in-place results (sharing an argument's storage) are left out."""
@@ -207,10 +218,6 @@ def _too_large(shapes: list[tuple[int, ...]], block_q: int, block_k: int, D: int
             return shape
     return None
 
-
-# The ready-made attention a student's function may not call: it is what is checked against.
-_FORBID = ("flash_attention", "scaled_dot_product_attention", "eager_attention",
-           "sdpa_attention", "tiled_attention", "torch.nn.functional.scaled_dot_product_attention")
 
 _TILE_HINTS = {
     "top_left": "the mask is aligned to the top left: the T queries are the last T of the S "
@@ -254,7 +261,7 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
         def run() -> None:
             with _NewTensors() as made:
                 got = _call(tiled_causal_attention, [q, k, v, block_q, block_k],
-                            ["q", "k", "v", "block_q", "block_k"], forbid=_FORBID)
+                            ["q", "k", "v", "block_q", "block_k"])
             out, n_tiles = _items(got, 2, "the pair (out, n_tiles)")
             atol = 1e-12 if dtype == torch.float64 else 1e-5
             _compare(out, want, "out", letters="(..., T, Dv)", atol=atol, rtol=atol,
@@ -285,7 +292,7 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
         ("blocks larger than the sequence: one tile", case((2, 1), 6, 7, 4, 4, 8, 16)),
         ("T = 12 after 3 cached keys, tiles of 4 by 3: nothing larger than a tile",
          case((2, 1), 12, 15, 5, 7, 4, 3)),
-    ])
+    ], rules=RULES["tiled_causal_attention"])
 
 
 # Challenge: combine the results of key splits through their log-sum-exp ----------------------
@@ -391,4 +398,4 @@ def check_combine_splits(combine_splits: Callable[..., tuple]) -> CheckResult:
          case((1, 1), 2, (8, 8, 8), 16, 4, scale=60.0)),
         ("rows that see no key of a split, and one that sees none at all, in float64",
          case((1,), 3, (5, 4, 3), 4, 2, blocked=blocked, dtype=torch.float64)),
-    ])
+    ], rules=RULES["combine_splits"])

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -25,6 +26,13 @@ from transformer_lib.checks._harness import (
     _run,
 )
 from transformer_lib.ffn import SwiGLU
+
+# What the student's code may call in each exercise (transformer_lib.checks._guard).
+RULES = {
+    "mla_cache_bytes": Rules(),
+    "gated_delta_chunk": Rules(),
+    "moe_forward": Rules(),
+}
 
 # The bytes per token of an MLA cache ----------------------------------------------------------
 
@@ -84,7 +92,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., int]) -> CheckResult:
 
     def case(*args) -> Callable[[], None]:
         def run() -> None:
-            got = _call(mla_cache_bytes, list(args), names, forbid=("MLACache",))
+            got = _call(mla_cache_bytes, list(args), names)
             want = _mla_bytes(*args)
             mistakes = _known_mistakes(_mla_bytes, args, names, _MLA_MISTAKES)
             _compare_number(got, want, "the cache's bytes", rel_tol=0.0, mistakes=mistakes)
@@ -102,15 +110,10 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., int]) -> CheckResult:
          "batch 3", case(2, 24, 8, 4, 10, 3, torch.float32, torch.float16)),
         ("DeepSeek-V3's shape, 4,096 positions, batch 8, float8 latent, bfloat16 RoPE key",
          case(61, 512, 64, 128, 4096, 8, f8, bf16)),
-    ])
+    ], rules=RULES["mla_cache_bytes"])
 
 
 # One chunk of Gated DeltaNet through the UT transform -----------------------------------------
-
-# The library's delta-rule functions: an answer that calls one has not built the chunk.
-_DELTA_FUNCTIONS = ("delta_rule_chunked", "gated_delta_rule_chunked", "delta_rule_recurrent",
-                    "gated_delta_rule_recurrent")
-
 
 def _gated_chunk(S: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, *,
                  gamma_in_system: bool = True, gamma_on_keys: bool = True,
@@ -202,7 +205,7 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
 
         def run() -> None:
             got = _items(_call(gated_delta_chunk, args, ["S", "q", "k", "v", "alpha", "beta"],
-                               forbid=_DELTA_FUNCTIONS), 2, "the pair (out, S_new)")
+                               ), 2, "the pair (out, S_new)")
             want = _gated_chunk(*args)
             wrongs = [(_gated_chunk(*args, **kwargs), hint) for kwargs, hint in _CHUNK_MISTAKES]
             _compare(got[0], want[0], "out", letters="(B, H, L, Dv)",
@@ -222,7 +225,7 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
         ("α = 1 (DeltaNet), 6 tokens, from a zero state", case(2, 2, 6, 5, 5, zero_state=True,
                                                                alpha_one=True)),
         ("a chunk of one token", case(1, 2, 1, 4, 4)),
-    ])
+    ], rules=RULES["gated_delta_chunk"])
 
 
 def _unit(x: Tensor) -> Tensor:
@@ -232,6 +235,7 @@ def _unit(x: Tensor) -> Tensor:
 # A mixture of experts: top-k routing and the load-balancing loss ------------------------------
 
 
+@given
 class _CountingExpert(nn.Module):
     """A SwiGLU expert that counts the token rows it is run on."""
 
@@ -313,8 +317,7 @@ def check_moe_forward(moe_forward: Callable[..., tuple]) -> CheckResult:
                 expert.rows = 0
             with torch.no_grad():
                 got = _call(moe_forward, [x, router, experts, top_k],
-                            ["x", "router", "experts", "top_k"],
-                            forbid=("load_balancing_loss", "MoEFeedForward"))
+                            ["x", "router", "experts", "top_k"])
                 rows = sum(expert.rows for expert in experts)
                 want = _moe(x, router, experts, top_k)
                 wrongs = [(_moe(x, router, experts, top_k, **kw), hint)
@@ -338,4 +341,4 @@ def check_moe_forward(moe_forward: Callable[..., tuple]) -> CheckResult:
         ("20 tokens, 8 experts, top 1 (each gate is 1)", case(20, 6, 8, 1)),
         ("9 tokens, 6 experts, top 3", case(9, 8, 6, 3)),
         ("a single token, 5 experts, top 2", case(1, 4, 5, 2)),
-    ])
+    ], rules=RULES["moe_forward"])

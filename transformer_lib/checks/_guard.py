@@ -1,0 +1,301 @@
+"""Exercises that say "write it yourself": while the student's function runs, a call that the
+student's own code makes to a ready-made answer is refused.
+
+What is refused, at the call (:class:`Rules`, one per exercise):
+
+* anything in ``transformer_lib.checks``, the checkers' references included;
+* any private (``_``-prefixed) function, method or module of the library;
+* any other library function or class that the exercise does not list in ``allow`` (default
+  deny: the library's own answer to the exercise is never listed);
+* the framework's ready-made answers the exercise lists in ``refuse``, such as
+  ``"torch.nn.functional.scaled_dot_product_attention"`` or ``"torch.nn.MultiheadAttention"``
+  (a name ending in ``.*`` refuses a whole package, e.g. ``"tiktoken.*"``).
+
+*Who calls* is decided by the calling frame, not by the name used: the nearest frame, walking
+out from the call, that is not the framework's (the standard library, installed packages such
+as torch). When that frame is the library's, the call is the library's
+own (an allowed ``MultiHeadAttention`` calls its private helpers freely); when it is anything
+else (a notebook cell, a test file, code built with ``exec``), the call is the student's. So
+an alias, ``from … import … as``, an attribute fetched before or during the call, an import
+inside the function, ``importlib``, ``getattr``, ``functools.partial`` or ``map`` all lead to
+the same verdict. Python functions and classes are seen by ``sys.setprofile``; PyTorch's
+functions and tensor methods (many of them written in C) by a ``TorchFunctionMode``, which sees
+them however they are reached.
+
+A refused call raises :class:`Refused` into the student's code and is recorded, so catching
+the exception does not help: :func:`_harness._call` reports any recorded refusal as a failed
+check, "this exercise asks you to write it yourself: `name` is not allowed here".
+
+What this cannot catch: the library's (or PyTorch's) source pasted into the notebook and run as
+the student's own code, work done in another thread or process, and code compiled under a
+file name that pretends to be the framework's. ``CONTRIBUTING.md`` says so too.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import sysconfig
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import Any, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_LIBRARY = "transformer_lib"
+_CHECKS = "transformer_lib.checks"
+_LIBRARY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_GUARD_FILE = os.path.abspath(__file__)
+_FRAMEWORK_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for key in
+                                ("stdlib", "platstdlib", "purelib", "platlib")
+                                if (p := sysconfig.get_paths().get(key))}))
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What an exercise lets the student's code call.
+
+    Attributes:
+        allow: public names of the library that the student's code may call: a function or a
+            class (e.g. ``"causal_mask"``, ``"RMSNorm"``: any of its methods) or one method
+            (``"Decoder.new_cache"``); every other library function and class is refused.
+        refuse: dotted names of the framework's ready-made answers to refuse, e.g.
+            ``"torch.nn.functional.softmax"``, ``"torch.Tensor.softmax"``; ``"pkg.*"`` refuses
+            everything in package ``pkg``.
+    """
+
+    allow: tuple[str, ...] = ()
+    refuse: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.allow:
+            parts = name.split(".")
+            if len(parts) > 2 or any(not p or p.startswith("_") for p in parts):
+                raise ValueError(f"allow lists public library names such as 'causal_mask' or "
+                                 f"'Decoder.new_cache', got {name!r}")
+
+    def explain(self) -> str:
+        """The rules in words, for an exercise's text."""
+        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing from the library"
+        return f"allowed from the library: {allowed}"
+
+
+_GIVEN: set[CodeType] = set()
+
+
+def given(obj: Any) -> Any:
+    """Mark a checker's function or class as one the student's code may run: a model handed to
+    the student's function, a hook or a ``TorchFunctionMode`` that watches it. Returns ``obj``
+    (a decorator)."""
+    _GIVEN.update(_codes_of(obj))
+    return obj
+
+
+class Refused(Exception):
+    """The student's code called ``name``, which the exercise asks them to write."""
+
+    def __init__(self, name: str):
+        super().__init__(f"this exercise asks you to write it yourself: `{name}` is not "
+                         "allowed here")
+        self.name = name
+
+
+# Whose code is a frame? ------------------------------------------------------------------------
+
+_LIB, _FRAMEWORK, _STUDENT, _GUARD = "library", "framework", "student", "guard"
+_kinds: dict[tuple[CodeType, str], str] = {}
+
+
+def _kind(frame: FrameType) -> str:
+    code = frame.f_code
+    module = frame.f_globals.get("__name__") or ""
+    key = (code, module)
+    kind = _kinds.get(key)
+    if kind is None:
+        filename = os.path.abspath(code.co_filename) if not code.co_filename.startswith("<") \
+            else code.co_filename
+        if filename == _GUARD_FILE:
+            kind = _GUARD
+        elif (module == _LIBRARY or module.startswith(_LIBRARY + ".")) and (
+                filename.startswith(_LIBRARY_DIR) or filename.startswith("<")):
+            kind = _LIB
+        elif filename.startswith(_FRAMEWORK_DIRS) or filename.startswith("<frozen"):
+            kind = _FRAMEWORK
+        else:
+            kind = _STUDENT
+        _kinds[key] = kind
+    return kind
+
+
+def _caller(frame: FrameType | None) -> str | None:
+    """The kind of the nearest frame from ``frame`` outwards that is not the framework's (None
+    when there is none)."""
+    while frame is not None:
+        kind = _kind(frame)
+        if kind != _FRAMEWORK:
+            return kind
+        frame = frame.f_back
+    return None
+
+
+def _qualname(code: CodeType) -> str:
+    return getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11+
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+# The framework's refused answers ---------------------------------------------------------------
+
+
+def _resolve(dotted: str) -> Any:
+    """The object a dotted name such as ``"torch.nn.functional.softmax"`` names."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ValueError(f"cannot find {dotted!r} to refuse it")
+
+
+def _codes_of(obj: Any) -> list[CodeType]:
+    """The code objects that run when ``obj`` (a function or a class) is called."""
+    if isinstance(obj, type):
+        found = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                found.append(value.__code__)
+        return found
+    obj = getattr(obj, "__func__", obj)
+    return [obj.__code__] if hasattr(obj, "__code__") else []
+
+
+# Switching the watch off is refused in every exercise.
+_SWITCHES = ("sys.setprofile", "sys.settrace", "threading.setprofile", "threading.settrace",
+             "torch._C._pop_torch_function_stack")
+
+
+class _Guard(TorchFunctionMode):
+    def __init__(self, rules: Rules):
+        super().__init__()
+        self.rules = rules
+        self.allow = frozenset(rules.allow)
+        self.refused_codes: dict[CodeType, str] = {}
+        self.refused_torch: dict[int, str] = {}  # id of a torch callable -> its name
+        self.refused_packages = tuple(n[:-2] for n in rules.refuse if n.endswith(".*"))
+        self.refused_builtins: dict[int, str] = {}
+        for name in _SWITCHES:
+            try:
+                obj = _resolve(name)
+            except (ValueError, AttributeError):  # not in this version of torch
+                continue
+            self.refused_builtins[id(obj)] = name
+            for code in _codes_of(obj):
+                self.refused_codes[code] = name
+        for name in rules.refuse:
+            if name.endswith(".*"):
+                continue
+            obj = _resolve(name)
+            while obj is not None:  # the object, and what it wraps (functools.wraps)
+                for code in _codes_of(obj):
+                    self.refused_codes[code] = name
+                self.refused_torch[id(obj)] = name
+                self.refused_builtins[id(obj)] = name  # a direct call, even with modes off
+                obj = getattr(obj, "__wrapped__", None)
+        self.switch_types = tuple(t for t in (getattr(torch._C, "DisableTorchFunction", None),
+                                              getattr(torch._C, "DisableTorchFunctionSubclass",
+                                                      None)) if isinstance(t, type))
+        self.refusals: list[str] = []
+
+    # A refusal is recorded before it is raised: catching it does not undo it.
+    def _refuse(self, name: str) -> None:
+        self.refusals.append(name)
+        raise Refused(name)
+
+    def _library_verdict(self, frame: FrameType) -> str | None:
+        """The name to refuse for a call into the library's ``frame``, or None."""
+        module = frame.f_globals.get("__name__", "")
+        qualname = _qualname(frame.f_code)
+        if qualname == "<module>" or frame.f_code in _GIVEN:  # an import; a checker's tool
+            return None
+        parts = [p for p in qualname.split(".") if p != "<locals>"]
+        # A constructor or a dunder method is shown as its class: `attention.MultiHeadAttention`.
+        public = parts[:-1] if len(parts) > 1 and parts[-1].startswith("__") else parts
+        shown = f"{module}.{'.'.join(public)}"
+        if module.startswith(_CHECKS):
+            return shown
+        if any(_is_private(p) for p in module.split(".")) or any(_is_private(p) for p in parts):
+            return shown
+        if parts[0] not in self.allow and ".".join(parts[:2]) not in self.allow:
+            return shown
+        return None
+
+    def profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "c_call":
+            name = self.refused_builtins.get(id(arg))
+            if name is None and isinstance(getattr(arg, "__self__", None), self.switch_types):
+                name = f"torch._C.{type(arg.__self__).__name__}"  # its __enter__
+            if name is not None and _kind(frame) == _STUDENT:  # called by the student's line
+                self._refuse(name)
+            return
+        if event != "call":
+            return
+        kind = _kind(frame)
+        if kind == _LIB:
+            name = self._library_verdict(frame)
+        elif kind == _GUARD:  # the guard's own functions, but for its hooks, run by Python
+            code = frame.f_code
+            name = None if code in _HOOKS else f"{__name__}.{_qualname(code)}"
+        elif kind == _FRAMEWORK:
+            code = frame.f_code
+            name = self.refused_codes.get(code)
+            if name is None and self.refused_packages:
+                module = frame.f_globals.get("__name__", "")
+                if module.startswith(self.refused_packages):
+                    name = f"{module}.{_qualname(code)}"
+        else:
+            return
+        if name is not None and _caller(frame.f_back) == _STUDENT:
+            self._refuse(name)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = self.refused_torch.get(id(func))
+        if name is not None and _caller(sys._getframe(1)) == _STUDENT:
+            self._refuse(name)
+        return func(*args, **(kwargs or {}))
+
+
+_HOOKS = frozenset(_codes_of(_Guard))
+
+
+@contextmanager
+def guard(rules: Rules) -> Iterator[_Guard]:
+    """While the block runs, the student's calls that ``rules`` refuse raise :class:`Refused`;
+    the guard's ``refusals`` lists every one, caught or not."""
+    watcher = _Guard(rules)
+    previous = sys.getprofile()
+    previous_thread = threading.getprofile() if hasattr(threading, "getprofile") else None
+    sys.setprofile(watcher.profile)
+    threading.setprofile(watcher.profile)
+    try:
+        with watcher:
+            yield watcher
+            if sys.getprofile() != watcher.profile and not watcher.refusals:
+                watcher.refusals.append("sys.setprofile")  # switched off some other way
+    finally:
+        sys.setprofile(previous)
+        threading.setprofile(previous_thread)
+
+
+_HOOKS |= {guard.__wrapped__.__code__}  # its generator, resumed when the block ends
+
+__all__ = ["Refused", "Rules", "given", "guard"]
