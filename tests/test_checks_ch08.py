@@ -142,7 +142,7 @@ def test_a_tiled_solution_in_another_style_passes(capsys):
     """The tile-size watch does not mistake row statistics, q scaled whole, a preallocated
     output or 2-D masks for query-by-key tensors."""
     assert check_tiled_causal_attention(tiles_with_row_vectors)
-    assert "all 6 checks passed" in capsys.readouterr().out
+    assert "all 7 checks passed" in capsys.readouterr().out
 
 
 def combine_with(mistake):
@@ -184,7 +184,7 @@ WRONG = [
     (check_merge_softmax_stats, lambda *args: merge_softmax_stats(*args)[1:],
      ["return the triple (m, l, acc)"]),
     (check_tiled_causal_attention, tiles_with(top_left=True),
-     ["2 of 6 checks passed", "the mask is aligned to the top left"]),
+     ["3 of 7 checks passed", "the mask is aligned to the top left"]),
     (check_tiled_causal_attention, tiles_with(skip=False),
      ["wrong value for n_tiles: expected 9, got 12", "12 is every tile",
       "are to be skipped, not computed and masked"]),
@@ -197,12 +197,12 @@ WRONG = [
     (check_tiled_causal_attention, lambda *args: tiled_causal_attention(*args)[0],
      ["return the pair (out, n_tiles)"]),
     (check_tiled_causal_attention, untiled("whole"),
-     ["1 of 6 checks passed", "larger than one tile of (4, 3) queries by keys",
+     ["2 of 7 checks passed", "larger than one tile of (4, 3) queries by keys",
       "no scores, weights or mask for all T queries or all S keys at once"]),
     (check_tiled_causal_attention, untiled("key_tiles"),
      ["created a tensor of shape (2, 1, 12, 3)", "compute each tile of scores from a tile"]),
     (check_tiled_causal_attention, untiled("flash"),
-     ["0 of 6 checks passed", ".flash_attention` is not allowed here",
+     ["0 of 7 checks passed", ".flash_attention` is not allowed here",
       "write the rest with tensor operations"]),
     (check_tiled_causal_attention, untiled("sdpa"),
      ["`torch.nn.functional.scaled_dot_product_attention` is not allowed here"]),

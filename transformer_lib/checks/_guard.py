@@ -228,6 +228,10 @@ class _Guard(TorchFunctionMode):
         if qualname == "<module>" or frame.f_code in _GIVEN:  # an import; a checker's tool
             return None
         parts = [p for p in qualname.split(".") if p != "<locals>"]
+        owner = frame.f_locals.get("self") if frame.f_code.co_argcount else None
+        if frame.f_code.co_filename.startswith("<") and owner is not None:
+            # Code generated for a class (a dataclass's __init__): named after the class.
+            parts = [type(owner).__name__, frame.f_code.co_name]
         # A constructor or a dunder method is shown as its class: `attention.MultiHeadAttention`.
         public = parts[:-1] if len(parts) > 1 and parts[-1].startswith("__") else parts
         shown = f"{module}.{'.'.join(public)}"

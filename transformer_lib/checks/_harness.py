@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from transformer_lib.checks import _guard
 from transformer_lib.checks._guard import Rules
@@ -80,12 +81,14 @@ class CheckResult:
 
 
 class _Failure(Exception):
-    """One check failed: ``message`` says what is wrong, ``hint`` (optional) how to fix it."""
+    """One check failed: ``message`` says what is wrong, ``hint`` (optional) how to fix it;
+    ``refused``: the student's code called what the exercise refuses (:mod:`._guard`)."""
 
-    def __init__(self, message: str, hint: str | None = None):
+    def __init__(self, message: str, hint: str | None = None, *, refused: bool = False):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.refused = refused
 
 
 class _NotAttempted(Exception):
@@ -134,7 +137,7 @@ def _run_cases(exercise: str, name: str, cases: Sequence[Case]) -> CheckResult:
     lines: list[str] = []
     failures: list[str] = []
     hints: set[str] = set()
-    for description, run in cases:
+    for index, (description, run) in enumerate(cases):
         try:
             run()
         except _NotAttempted as exc:
@@ -152,6 +155,13 @@ def _run_cases(exercise: str, name: str, cases: Sequence[Case]) -> CheckResult:
             if exc.hint and exc.hint not in hints:  # each hint once
                 hints.add(exc.hint)
                 lines.append(f"      Hint: {exc.hint}")
+            if exc.refused:  # the same call would be refused in every case: stop here
+                rest = cases[index + 1:]
+                failures += [f"{d}: not run after the refused call" for d, _ in rest]
+                if rest:
+                    lines.append(f"  … {len(rest)} more check(s) not run after the refused "
+                                 "call")
+                break
         except Exception as exc:  # noqa: BLE001 - whatever happens, the notebook goes on
             message = f"could not be checked ({_one_line(exc)})"
             failures.append(f"{description}: {message}")
@@ -248,7 +258,7 @@ def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
     if watch.refusals:
         raise _Failure(f"this exercise asks you to write it yourself: `{watch.refusals[0]}` "
                        "is not allowed here", f"{rules.explain()}; write the rest with "
-                       "tensor operations") from None
+                       "tensor operations", refused=True) from None
     return result
 
 
@@ -295,6 +305,45 @@ def _expect_value_error(fn: Callable, args: Sequence[Any], reason: str,
                        f"check the sizes first: {reason}; raise a ValueError that says "
                        "so") from None
     raise _Failure(f"returned {_describe(result)} instead of raising a ValueError ({reason})")
+
+
+@_guard.given
+class _CountOps(TorchFunctionMode):
+    """Counts the PyTorch functions, tensor methods and operators called within the block
+    (those the library calls on the student's behalf included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _fixed_work(fn: Callable, small: Sequence[Any], large: Sequence[Any], names: Sequence[str],
+                unit: str, sizes: tuple[str, str]) -> None:
+    """Raise _Failure unless ``fn`` calls as many PyTorch operations on ``large`` as on
+    ``small``: two inputs with the same number of ``unit`` (chunks, tiles), each of the large
+    one twice the size. An algorithm that works a ``unit`` at a time does the same work on
+    both; a loop over tokens (or queries, or rows) does twice as much on the large one.
+
+    Args:
+        sizes: the two inputs in words, e.g. ``("T = 8 in chunks of 4", "T = 16 in chunks of
+            8")``.
+    """
+    counts = []
+    for args in (small, large):
+        with _CountOps() as ops:
+            _call(fn, args, names)
+        counts.append(ops.count)
+    if counts[1] > counts[0]:
+        raise _Failure(
+            f"the work grows with the size of a {unit}: {counts[0]} PyTorch operations for "
+            f"{sizes[0]}, {counts[1]} for {sizes[1]}, the same number of {unit}s",
+            f"compute each {unit} with whole-tensor operations (matrix products over the "
+            f"{unit}), not with a loop over its tokens: the number of operations may depend on "
+            f"the number of {unit}s, never on their size")
 
 
 def _describe(value: Any) -> str:

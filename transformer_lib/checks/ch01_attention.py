@@ -18,6 +18,7 @@ from transformer_lib.checks._harness import (
     _compare,
     _compare_number,
     _Failure,
+    _fixed_work,
     _generator,
     _run,
 )
@@ -173,13 +174,15 @@ def check_left_padded_causal_mask(
 
 @given
 class _WatchWeights(TorchFunctionMode):
-    """Records what a function computes that holds more than ``chunk`` query rows of
-    ``(T, T)`` weights: a floating-point tensor whose last two sizes are ``(T, T)``, or a call
-    of ``F.scaled_dot_product_attention`` on more than ``chunk`` queries at once."""
+    """Records what a function computes that holds the weights of more than ``chunk`` queries
+    against all T keys: a floating-point tensor of more than ``limit`` numbers per head (the
+    limit is ``chunk · T``, or ``T · D``, the size of q, if that is larger), or a call of
+    ``F.scaled_dot_product_attention`` on more than ``chunk`` queries at once."""
 
-    def __init__(self, T: int, chunk: int):
+    def __init__(self, T: int, chunk: int, heads: int, width: int):
         super().__init__()
-        self.T, self.chunk = T, chunk
+        self.T, self.chunk, self.heads = T, chunk, heads
+        self.limit = max(chunk * T, T * width)
         self.found: str | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -193,10 +196,12 @@ class _WatchWeights(TorchFunctionMode):
         if self.found is None:
             for t in result if isinstance(result, (tuple, list)) else (result,):
                 if (isinstance(t, Tensor) and t.is_floating_point() and t.dim() >= 2
-                        and tuple(t.shape[-2:]) == (self.T, self.T)):
+                        and t.numel() > self.limit * self.heads):
                     self.found = (f"a floating-point tensor of shape {tuple(t.shape)} was "
-                                  f"created: T × T = {self.T} × {self.T} numbers per head, "
-                                  f"the weights (or scores) of all queries at once")
+                                  f"created: {t.numel() // self.heads} numbers per head, more "
+                                  f"than the weights of {self.chunk} queries against all "
+                                  f"{self.T} keys ({self.chunk} × {self.T}); the weights (or "
+                                  "scores) of all queries at once, perhaps with keys added")
                     break
         return result
 
@@ -282,7 +287,8 @@ def check_chunked_causal_attention(
 
     def watched(q: Tensor, k: Tensor, v: Tensor, chunk: int) -> Callable[[], None]:
         def run() -> None:
-            watch = _WatchWeights(q.shape[-2], chunk)
+            heads = math.prod(q.shape[:-2])
+            watch = _WatchWeights(q.shape[-2], chunk, heads, max(q.shape[-1], v.shape[-1]))
             with watch:
                 _call(chunked_causal_attention, [q, k, v, chunk], ["q", "k", "v", "chunk"])
             if watch.found:
@@ -291,6 +297,12 @@ def check_chunked_causal_attention(
                                "q[..., start:end, :], against the keys it may read, and join "
                                "the outputs")
         return run
+
+    def fixed_work() -> None:
+        small, large = inputs((2, 8, 4), 4), inputs((2, 16, 4), 4)
+        _fixed_work(chunked_causal_attention, [*small, 4], [*large, 8],
+                    ["q", "k", "v", "chunk"], "chunk",
+                    ("T = 8 in chunks of 4", "T = 16 in chunks of 8"))
 
     q, k, v = inputs((2, 3, 12, 8), 8)
     q10, k10, v10 = inputs((10, 8), 8)
@@ -303,4 +315,7 @@ def check_chunked_causal_attention(
         ("chunk = 16, more than T = 12: a single chunk", case(q, k, v, 16)),
         ("values of width 5, not 4 (Dv ≠ D), in chunks of 5", case(q5, k5, v5, 5)),
         ("at most `chunk` query rows at once: no (T, T) weights", watched(q, k, v, 4)),
+        ("at most `chunk` query rows at once: T = 12, D = 4, chunks of 3",
+         watched(q5, k5, v5, 3)),
+        ("the work grows with the number of chunks, not with their size", fixed_work),
     ], rules=RULES["chunked_causal_attention"])

@@ -19,6 +19,7 @@ from transformer_lib.checks._harness import (
     _compare,
     _compare_number,
     _Failure,
+    _fixed_work,
     _generator,
     _items,
     _run,
@@ -282,6 +283,14 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
                     "mask for all T queries or all S keys at once")
         return run
 
+    def fixed_work() -> None:
+        def inputs(T: int, block: int) -> list:
+            return [torch.randn(2, T, 4, generator=g), torch.randn(2, T, 4, generator=g),
+                    torch.randn(2, T, 4, generator=g), block, block]
+        _fixed_work(tiled_causal_attention, inputs(8, 4), inputs(16, 8),
+                    ["q", "k", "v", "block_q", "block_k"], "tile",
+                    ("T = S = 8 in tiles of 4 by 4", "T = S = 16 in tiles of 8 by 8"))
+
     return _run("tiled_causal_attention", tiled_causal_attention, [
         ("T = S = 10, tiles of 4 queries by 3 keys", case((1, 2), 10, 10, 8, 8, 4, 3)),
         ("a chunk of 5 queries after 8 cached keys (S = 13), tiles of 2 by 4",
@@ -292,6 +301,7 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
         ("blocks larger than the sequence: one tile", case((2, 1), 6, 7, 4, 4, 8, 16)),
         ("T = 12 after 3 cached keys, tiles of 4 by 3: nothing larger than a tile",
          case((2, 1), 12, 15, 5, 7, 4, 3)),
+        ("the work grows with the number of tiles, not with their size", fixed_work),
     ], rules=RULES["tiled_causal_attention"])
 
 

@@ -20,6 +20,7 @@ from transformer_lib.checks._harness import (
     _compare,
     _compare_number,
     _Failure,
+    _fixed_work,
     _generator,
     _items,
     _known_mistakes,
@@ -218,6 +219,19 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
                                                   "(Dv, Dk)"})
         return run
 
+    def fixed_work() -> None:
+        def inputs(L: int) -> list:
+            dtype = torch.float64
+            return [torch.randn(1, 2, 3, 4, generator=g, dtype=dtype),
+                    _unit(torch.randn(1, 2, L, 4, generator=g, dtype=dtype)),
+                    _unit(torch.randn(1, 2, L, 4, generator=g, dtype=dtype)),
+                    torch.randn(1, 2, L, 3, generator=g, dtype=dtype),
+                    0.5 + 0.45 * torch.rand(1, 2, L, generator=g, dtype=dtype),
+                    0.1 + 0.8 * torch.rand(1, 2, L, generator=g, dtype=dtype)]
+        _fixed_work(gated_delta_chunk, inputs(6), inputs(12),
+                    ["S", "q", "k", "v", "alpha", "beta"], "chunk",
+                    ("a chunk of 6 tokens", "a chunk of 12 tokens"))
+
     return _run("gated_delta_chunk", gated_delta_chunk, [
         ("batch 2, 3 heads, a chunk of 8 tokens, Dk 6, Dv 5, a random starting state",
          case(2, 3, 8, 6, 5)),
@@ -225,6 +239,7 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
         ("α = 1 (DeltaNet), 6 tokens, from a zero state", case(2, 2, 6, 5, 5, zero_state=True,
                                                                alpha_one=True)),
         ("a chunk of one token", case(1, 2, 1, 4, 4)),
+        ("the work does not grow with the length of the chunk", fixed_work),
     ], rules=RULES["gated_delta_chunk"])
 
 
