@@ -11,6 +11,9 @@ whole suite costs a few seconds. The chapters' own solutions still pass
 """
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import pytest
 
 import transformer_lib.checks as checks
@@ -381,6 +384,11 @@ def moe_forward(x, router, experts, top_k):
 ]
 
 
+# More planted cheats, a file per chapter: tests/cheats_chNN.py, each with its own CHEATS.
+for _path in sorted(Path(__file__).parent.glob("cheats_ch*.py")):
+    CHEATS += importlib.import_module(_path.stem).CHEATS
+
+
 def _define(source: str, name: str):
     """The function ``name`` from ``source``, run as a notebook cell."""
     namespace = {"__name__": "__main__"}
@@ -408,3 +416,17 @@ def test_every_exercise_has_planted_cheats():
     from chapter_solutions import SOLUTIONS
     planted = {checker for checker, *_ in CHEATS}
     assert planted == set(SOLUTIONS)
+
+
+def test_every_exercise_states_what_it_allows():
+    """The task names what the checker lets the student call: the line of its Rules."""
+    from chapter_solutions import _notebook, chapter_exercises
+    assert set(checks.EXERCISE_RULES) == {e.function for listed in chapter_exercises().values()
+                                          for e in listed}
+    for chapter, listed in chapter_exercises().items():
+        cells = _notebook(chapter).cells
+        for exercise in listed:
+            task = cells[exercise.cell - 1].source
+            assert "{exercise}" in task, (chapter, exercise.function)
+            line = checks.EXERCISE_RULES[exercise.function].sentence()
+            assert f"\n\n{line}\n" in task, (chapter, exercise.function, line)

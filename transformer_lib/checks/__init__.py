@@ -31,9 +31,20 @@ import pkgutil
 import re
 from types import FunctionType
 
+from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import CheckResult
 
 _CHAPTER_MODULE = re.compile(r"ch\d\d_\w+")  # e.g. ch01_attention
+
+
+def _chapter_rules() -> dict[str, Rules]:
+    """Every exercise's :class:`~._guard.Rules`, by the name of the function it asks for,
+    from the ``RULES`` of each chapter module."""
+    found: dict[str, Rules] = {}
+    for name in sorted(m.name for m in pkgutil.iter_modules(__path__)
+                       if _CHAPTER_MODULE.fullmatch(m.name)):
+        found.update(importlib.import_module(f"{__name__}.{name}").RULES)
+    return found
 
 
 def _chapter_checkers() -> dict[str, FunctionType]:
@@ -56,5 +67,6 @@ def _chapter_checkers() -> dict[str, FunctionType]:
 
 
 _CHECKERS = _chapter_checkers()
+EXERCISE_RULES = _chapter_rules()  # function name -> what the student's code may call
 globals().update(_CHECKERS)
-__all__ = ["CheckResult", *_CHECKERS]
+__all__ = ["CheckResult", "EXERCISE_RULES", "Rules", *_CHECKERS]

@@ -78,9 +78,19 @@ class Rules:
                                  f"'Decoder.new_cache', got {name!r}")
 
     def explain(self) -> str:
-        """The rules in words, for an exercise's text."""
+        """The rules in words, for a checker's hint."""
         allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing from the library"
         return f"allowed from the library: {allowed}"
+
+    def sentence(self) -> str:
+        """The rules as the exercise's text states them, one line: "Allowed from the library:
+        `causal_mask`. Not allowed: `torch.softmax`." (``tests/test_cheats.py`` checks that
+        every exercise's text holds this line.)"""
+        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing"
+        line = f"Allowed from the library: {allowed}."
+        if self.refuse:
+            line += " Not allowed: " + ", ".join(f"`{n}`" for n in self.refuse) + "."
+        return line
 
 
 _GIVEN: set[CodeType] = set()
