@@ -93,13 +93,13 @@ def test_reference_solutions_are_the_chapters_own_cells():
 
 def test_every_chapter_module_is_exported():
     """Each ``check_*`` of each ``chNN_*`` module is importable from the package, and
-    listed in ``__all__``."""
+    listed in ``__all__`` beside the result type and the exercises' rules."""
     defined = []
     for info in pkgutil.iter_modules(checks.__path__):
         if re.fullmatch(r"ch\d\d_\w+", info.name):
             defined += checkers_in(importlib.import_module(f"{checks.__name__}.{info.name}"))
     assert sorted(defined) == NAMES
-    assert sorted(checks.__all__) == sorted(["CheckResult", *NAMES])
+    assert sorted(checks.__all__) == sorted(["CheckResult", "EXERCISE_RULES", "Rules", *NAMES])
 
 
 def test_some_checkers_return_floats():

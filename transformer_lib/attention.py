@@ -56,6 +56,29 @@ from transformer_lib.validation import (
 
 # ---- the written-out reference and the causal mask -----------------------------------------
 
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """The softmax over the last axis of ``scores``, where ``mask`` blocks entries.
+
+    Args:
+        scores: ``(..., S)``, any floating dtype.
+        mask: optional boolean, broadcastable to ``scores``; True = may attend. A blocked
+            entry gets -inf before the softmax, so its weight is exactly 0.
+
+    Returns:
+        The weights, shaped and typed like ``scores``: each row with an allowed entry sums to
+        1; a row whose entries are all blocked is all 0, not the NaN of a softmax over -inf
+        alone. The maximum of each row is subtracted first (inside ``torch.softmax``), so large
+        scores do not overflow; half-precision scores are computed in fp32
+        (:func:`transformer_lib.validation.compute_dtype`).
+    """
+    x = scores.to(compute_dtype(scores.dtype))
+    if mask is not None:
+        x = x.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(x, dim=-1)
+    weights = zero_rows_without_keys(weights, mask, x.shape[-1])  # (-inf, …, -inf) -> 0
+    return weights.to(scores.dtype)
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -89,10 +112,7 @@ def scaled_dot_product_attention(
     scores = scores.to(compute_dtype(scores.dtype))  # softmax in at least fp32
     if mask is not None:
         check_mask(mask, T, S, scores.shape[:-2])
-        scores.masked_fill_(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S)
-    weights = zero_rows_without_keys(weights, mask, S)  # not the NaN of softmax(-inf, …, -inf)
-    weights = weights.to(v.dtype)
+    weights = masked_softmax(scores, mask).to(v.dtype)  # (..., T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     out = weights @ v  # (..., T, Dv)

@@ -79,7 +79,7 @@ class Rules:
 
     def explain(self) -> str:
         """The rules in words, for a checker's hint."""
-        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing from the library"
+        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing"
         return f"allowed from the library: {allowed}"
 
     def sentence(self) -> str:

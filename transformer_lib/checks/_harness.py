@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextvars
 import os
 import traceback
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -22,12 +21,25 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from transformer_lib.checks import _guard
+from transformer_lib.checks._compare import (  # noqa: F401 - the harness's names, in one place
+    ATOL,
+    RTOL,
+    _as_number,
+    _compare,
+    _compare_number,
+    _known_mistakes,
+    _matches,
+)
 from transformer_lib.checks._guard import Rules
+from transformer_lib.checks._results import (  # noqa: F401
+    Case,
+    CheckResult,
+    _cell_number,
+    _describe,
+    _Failure,
+    _NotAttempted,
+)
 
-# fp32 inputs, and a student may order the operations differently from the reference
-# (q / √D before or after the matmul, max subtracted or not): a few ulps of the scores.
-ATOL = 1e-5
-RTOL = 1e-4
 SEED = 0
 
 
@@ -35,71 +47,6 @@ SEED = 0
 def _generator(seed: int = SEED) -> torch.Generator:
     """A private generator for a checker's inputs: the global random state stays as it was."""
     return torch.Generator().manual_seed(seed)
-
-
-# Results ----------------------------------------------------------------------------------
-
-
-def _cell_number() -> int | None:
-    """The number of the notebook cell running now (None outside IPython)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return getattr(shell, "execution_count", None) if shell is not None else None
-
-
-@dataclass
-class CheckResult:
-    """What a checker found; truthy when every check passed."""
-
-    exercise: str  #: the function checked, e.g. "softmax"
-    passed: bool  #: every check passed
-    attempted: bool  #: False while the function is still the stub (its `raise` line runs)
-    report: str  #: the verdict, as printed
-    failures: list[str] = field(default_factory=list)  #: one message per failed check
-    _cell: int | None = field(default_factory=lambda: _cell_number(), repr=False, compare=False)
-
-    def _ipython_display_(self) -> None:
-        # A check cell ends with the checker's call, whose report is printed just above:
-        # in that cell the result shows nothing more. Displayed in a later cell, it prints
-        # the report again.
-        if self._cell is None or self._cell != _cell_number():
-            print(self.report)
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def __str__(self) -> str:
-        return self.report
-
-    def __repr__(self) -> str:
-        state = "passed" if self.passed else "not attempted yet" if not self.attempted else (
-            f"{len(self.failures)} check(s) failed")
-        return f"CheckResult({self.exercise}: {state})"
-
-
-class _Failure(Exception):
-    """One check failed: ``message`` says what is wrong, ``hint`` (optional) how to fix it;
-    ``refused``: the student's code called what the exercise refuses (:mod:`._guard`)."""
-
-    def __init__(self, message: str, hint: str | None = None, *, refused: bool = False):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.refused = refused
-
-
-class _NotAttempted(Exception):
-    """The function, or one it calls (``where``), still raises NotImplementedError."""
-
-    def __init__(self, where: str | None):
-        super().__init__(where)
-        self.where = where
-
-
-Case = tuple[str, Callable[[], None]]  # (what the check does, run it: raises _Failure)
 
 
 # What the student's code may call while the current checker runs (see :mod:`._guard`).
@@ -346,16 +293,6 @@ def _fixed_work(fn: Callable, small: Sequence[Any], large: Sequence[Any], names:
             f"the number of {unit}s, never on their size")
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "None (is a `return` missing?)"
-    if isinstance(value, Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return f"a value of type {type(value).__name__}"
-
-
 def _items(got: Any, n: int, what: str) -> tuple:
     """``got`` as a tuple of ``n`` items (a tuple or a list), else _Failure: "return ``what``".
 
@@ -368,143 +305,3 @@ def _items(got: Any, n: int, what: str) -> tuple:
         raise _Failure(f"returned {_describe(got)}: return {what}")
     return tuple(got)
 
-
-# Comparing tensors --------------------------------------------------------------------------
-
-
-def _where(idx: Sequence[int], axes: Sequence[str] | None) -> str:
-    idx = [int(i) for i in idx]
-    if axes and len(axes) == len(idx):
-        return ", ".join(f"{a} {i}" for a, i in zip(axes, idx))
-    return f"position {tuple(idx)}"
-
-
-def _first(mask: Tensor) -> tuple[int, ...]:
-    return tuple(int(i) for i in mask.nonzero()[0])
-
-
-def _matches(got: Tensor, candidate: Tensor, atol: float, rtol: float) -> bool:
-    """``got`` equals a known wrong answer: close wherever both are finite, and non-finite
-    only where the wrong answer is too."""
-    if got.shape != candidate.shape:
-        return False
-    g, c = got.detach().double(), candidate.detach().double()
-    finite = torch.isfinite(g) & torch.isfinite(c)
-    if not finite.any() or (~torch.isfinite(g) & torch.isfinite(c)).any():
-        return False
-    return torch.allclose(g[finite], c[finite], atol=atol, rtol=rtol)
-
-
-Property = Callable[[Tensor], str | None]  # a message when the output lacks the property
-
-
-def _compare(got: Any, expected: Tensor, what: str, *, letters: str | None = None,
-             axes: Sequence[str] | None = None, atol: float = ATOL, rtol: float = RTOL,
-             nan_hint: str | None = None, properties: Sequence[Property] = (),
-             mistakes: Sequence[tuple[Tensor, str]] = (),
-             shape_hints: dict[tuple[int, ...], str] | None = None) -> None:
-    """Raise _Failure for the first thing wrong with ``got``.
-
-    In order: not a tensor, shape, dtype, NaN or inf, each of ``properties`` (a function
-    returning a message or None), values. ``mistakes`` are (wrong answer, hint) pairs: when
-    ``got`` matches one, its hint says what went wrong.
-
-    Args:
-        got: the student's output.
-        expected: the reference output.
-        what: the output in words, e.g. ``"the weights"``.
-        letters: its shape in letters, e.g. ``"(B, H, T, S)"``, shown with a wrong shape.
-        axes: a name for each axis, to say where the first wrong entry is.
-        nan_hint: the hint when NaN or inf appears where the reference has none.
-        shape_hints: wrong shape -> hint.
-    """
-    if not isinstance(got, Tensor):
-        raise _Failure(f"{what} should be a tensor, got {_describe(got)}")
-    if tuple(got.shape) != tuple(expected.shape):
-        named = f"{letters} = " if letters else ""
-        hint = (shape_hints or {}).get(tuple(got.shape))
-        raise _Failure(f"wrong shape for {what}: expected {named}{tuple(expected.shape)}, "
-                       f"got {tuple(got.shape)}", hint)
-    if got.dtype != expected.dtype:
-        raise _Failure(f"wrong dtype for {what}: expected {expected.dtype}, got {got.dtype}",
-                       "keep the dtype of the inputs")
-    g, e = got.detach().double(), expected.double()
-    problem, hint = None, None
-    for bad, name in ((torch.isnan(g) & ~torch.isnan(e), "NaN"),
-                      (torch.isinf(g) & ~torch.isinf(e), "inf")):
-        if bad.any():
-            idx = _first(bad)
-            problem = (f"{name} appeared in {what} at {_where(idx, axes)} "
-                       f"(expected {e[idx].item():.4g})")
-            hint = nan_hint
-            break
-    for prop in properties if problem is None else ():
-        problem = prop(g)
-        if problem:
-            break
-    if problem is None:
-        close = torch.isclose(g, e, rtol=rtol, atol=atol)
-        if not close.all():
-            idx = _first(~close)
-            problem = (f"wrong values in {what} at {_where(idx, axes)}: expected "
-                       f"{e[idx].item():.4g}, got {g[idx].item():.4g} "
-                       f"({int((~close).sum())} of {close.numel()} entries wrong)")
-    if problem is not None:
-        known = next((h for wrong, h in mistakes if _matches(got, wrong, atol, rtol)), None)
-        raise _Failure(problem, known or hint)
-
-
-# Comparing numbers ----------------------------------------------------------------------------
-
-
-def _as_number(got: Any, what: str) -> float:
-    """``got`` as a float: an int, a float or a one-element tensor; else _Failure."""
-    if isinstance(got, Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        raise _Failure(f"{what} should be a number, got {_describe(got)}")
-    return float(got)
-
-
-def _compare_number(got: Any, expected: float, what: str, *, rel_tol: float = 1e-6,
-                    mistakes: Sequence[tuple[float, str]] = ()) -> None:
-    """Raise _Failure unless ``got`` is a number within ``rel_tol`` of ``expected``.
-
-    ``mistakes`` are (wrong value, hint) pairs: when ``got`` is one of them (within
-    ``rel_tol``), its hint says what went wrong; the first match wins.
-    """
-    value = _as_number(got, what)
-    if value != value:  # NaN
-        raise _Failure(f"NaN appeared in {what} (expected {expected:.6g})")
-    if abs(value - expected) <= rel_tol * abs(expected):
-        return
-    known = next((hint for wrong, hint in mistakes
-                  if abs(value - wrong) <= rel_tol * abs(wrong)), None)
-    raise _Failure(f"wrong value for {what}: expected {expected:.6g}, got {value:.6g}", known)
-
-
-def _known_mistakes(formula: Callable[..., float], args: Sequence[Any], names: Sequence[str],
-                    table: Sequence[tuple[dict[str, Any], str]]) -> list[tuple[float, str]]:
-    """The ``mistakes`` of :func:`_compare_number` from a table of wrong answers.
-
-    Args:
-        formula: the reference formula; its keyword arguments make it commit one mistake each
-            (e.g. ``factor=1``: keys or values, not both).
-        args: the case's arguments, as the student's function gets them.
-        names: the name of each argument; a keyword in ``table`` whose value is one of these
-            names takes that argument's value (``heads="n_heads"``).
-        table: ``(keyword arguments, hint)`` rows.
-
-    Returns:
-        ``(wrong value, hint)`` pairs, in the table's order, for the rows whose wrong value
-        differs from the right one on these arguments.
-    """
-    want = formula(*args)
-    found = []
-    for kwargs, hint in table:
-        kwargs = {k: (args[names.index(v)] if isinstance(v, str) and v in names else v)
-                  for k, v in kwargs.items()}
-        wrong = formula(*args, **kwargs)
-        if wrong != want:
-            found.append((wrong, hint))
-    return found
