@@ -10,6 +10,7 @@ import torch
 
 from transformer_lib.checks import (
     _harness,
+    _results,
     ch01_attention,
     check_chunked_causal_attention,
     check_left_padded_causal_mask,
@@ -118,11 +119,11 @@ def test_a_fault_inside_the_checker_is_reported_not_raised(capsys, monkeypatch):
 def test_result_in_a_notebook_is_shown_once(capsys, monkeypatch):
     """In the cell that ran the checker the verdict is printed once; displayed in a later
     cell, the result prints it again."""
-    monkeypatch.setattr(_harness, "_cell_number", lambda: 5)
+    monkeypatch.setattr(_results, "_cell_number", lambda: 5)
     result, printed = run_check(check_score_scale, score_scale, capsys)
     result._ipython_display_()
     assert capsys.readouterr().out == ""
-    monkeypatch.setattr(_harness, "_cell_number", lambda: 6)
+    monkeypatch.setattr(_results, "_cell_number", lambda: 6)
     result._ipython_display_()
     assert capsys.readouterr().out.strip() == result.report
     assert str(result) == result.report and repr(result) == "CheckResult(score_scale: passed)"
