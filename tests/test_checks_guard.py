@@ -217,3 +217,27 @@ def test_the_guard_raises_into_the_students_code_and_records_the_refusal():
 def test_rules_name_public_library_names(bad):
     with pytest.raises(ValueError, match=repr(bad)):
         Rules(allow=(bad,))
+
+
+def test_the_submission_itself_may_not_be_a_library_or_checker_function():
+    import functools
+
+    from transformer_lib.attention import masked_softmax
+    from transformer_lib.checks import ch01_attention
+    assert "attention.masked_softmax" in _refused(masked_softmax, NOTHING, X)
+    assert "_left_padded" in _refused(functools.partial(ch01_attention._left_padded),
+                                      Rules(allow=("causal_mask",)), torch.tensor([2]), 3, 3)
+
+
+def test_a_tensor_or_number_subclass_is_refused_as_a_result():
+    liar = _student("import torch\n"
+                    "class Liar(torch.Tensor):\n    pass\n"
+                    "def f(x):\n    return (x.clone().as_subclass(Liar), 1)\n")
+    with pytest.raises(_harness._Failure, match="`Liar`, a subclass"):
+        _attempt(liar, NOTHING, X)
+    yes = _student("class Yes(int):\n    def __eq__(self, other):\n        return True\n"
+                   "    __hash__ = int.__hash__\ndef f(x):\n    return Yes(0)\n")
+    with pytest.raises(_harness._Failure, match="`Yes`"):
+        _attempt(yes, NOTHING, X)
+    assert isinstance(_attempt(_student("def f(x):\n    return x * 2, 3, {'a': 1.5}\n"),
+                               NOTHING, X), tuple)

@@ -119,8 +119,16 @@ _LIB, _FRAMEWORK, _STUDENT, _GUARD = "library", "framework", "student", "guard"
 _kinds: dict[tuple[CodeType, str], str] = {}
 
 
+def call_as_student(fn: Any, args: Any) -> Any:
+    """``fn(*args)``, where this frame counts as the student's: a submission that *is* a
+    library or checker function (or a ``partial`` of one) is a call the student made."""
+    return fn(*args)
+
+
 def _kind(frame: FrameType) -> str:
     code = frame.f_code
+    if code is call_as_student.__code__:
+        return _STUDENT
     module = frame.f_globals.get("__name__") or ""
     key = (code, module)
     kind = _kinds.get(key)
@@ -312,4 +320,4 @@ def guard(rules: Rules) -> Iterator[_Guard]:
 
 _HOOKS |= {guard.__wrapped__.__code__}  # its generator, resumed when the block ends
 
-__all__ = ["Refused", "Rules", "given", "guard"]
+__all__ = ["Refused", "Rules", "call_as_student", "given", "guard"]

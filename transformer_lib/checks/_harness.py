@@ -193,7 +193,7 @@ def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
     rules = _RULES.get() or _DENY_ALL
     with _guard.guard(rules) as watch:
         try:
-            result = fn(*args)
+            result = _guard.call_as_student(fn, args)
         except NotImplementedError as exc:
             if watch.refusals or not _is_stub(exc):
                 raise
@@ -229,7 +229,30 @@ def _call(fn: Callable, args: Sequence[Any], names: Sequence[str]) -> Any:
             raise _Failure(f"changed its input `{name}` in place",
                            "work on new tensors: write `x = x - m` rather than `x -= m` or "
                            "`x.sub_(m)`; the caller still needs its tensor")
+    odd = _disguised(result)
+    if odd is not None:
+        raise _Failure(f"returned a value of type `{odd}`, a subclass of a tensor or a number",
+                       "return plain tensors and numbers: a subclass can change what a "
+                       "comparison says")
     return result
+
+
+_PLAIN_MODULES = ("builtins", "torch", "numpy")
+
+
+def _disguised(value: Any, depth: int = 0) -> str | None:
+    """The name of the first type in ``value`` (a tuple, list or dict of results, searched a
+    few levels deep) that subclasses a tensor or a number outside PyTorch and NumPy: such a
+    value can override ``==``, ``allclose`` or ``__torch_function__`` and fool a comparison."""
+    kind = type(value)
+    if isinstance(value, (Tensor, int, float, complex, str)) and (
+            kind.__module__.split(".")[0] not in _PLAIN_MODULES):
+        return kind.__qualname__
+    if depth < 3 and isinstance(value, (tuple, list)):
+        return next((n for v in value if (n := _disguised(v, depth + 1))), None)
+    if depth < 3 and isinstance(value, dict):
+        return next((n for v in value.values() if (n := _disguised(v, depth + 1))), None)
+    return None
 
 
 def _expect_value_error(fn: Callable, args: Sequence[Any], reason: str,
