@@ -178,6 +178,23 @@ def test_the_librarys_own_use_of_a_refused_framework_function_is_allowed():
     assert torch.allclose(_attempt(fn, rules, X), fn(X))
 
 
+def test_framework_code_in_any_package_folder_on_the_path_is_the_frameworks(tmp_path,
+                                                                           monkeypatch):
+    """A package folder that a ``.pth`` file (or Colab's ``dist-packages``) puts on the path
+    holds the framework too: its own switching of torch function modes is not the student's."""
+    folder = tmp_path / "site-packages"
+    folder.mkdir()
+    (folder / "framework_like.py").write_text(
+        "import torch\ndef plus_one(x):\n    with torch._C.DisableTorchFunction():\n"
+        "        return x + 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    fn = _student("import framework_like\ndef f(x):\n    return framework_like.plus_one(x)\n")
+    assert torch.equal(_attempt(fn, NOTHING, X), X + 1)
+    own = _student("import torch\ndef f(x):\n    with torch._C.DisableTorchFunction():\n"
+                   "        return x + 1\n")
+    assert "DisableTorchFunction" in _refused(own, NOTHING, X)
+
+
 def test_a_notebooks_own_function_with_a_library_name_is_its_own_code():
     fn = _student("def scaled_dot_product_attention(q, k, v):\n    return q + k + v, None\n"
                   "def f(q):\n    return scaled_dot_product_attention(q, q, q)[0]\n")

@@ -372,7 +372,7 @@ def test_every_results_file_follows_the_specification(graded):
 @pytest.mark.slow
 def test_the_full_solution_earns_every_point(graded):
     results = graded["alice"]["results"]
-    assert results["score"] == sum(_points())
+    assert results["score"] == sum(_points()), [t["output"] for t in results["tests"]]
     assert {t["status"] for t in results["tests"]} == {"passed"}
     assert all("checks passed" in t["output"] for t in results["tests"])
     assert "3 of 3 exercises passed" in results["output"]

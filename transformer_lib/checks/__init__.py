@@ -67,6 +67,8 @@ def _chapter_checkers() -> dict[str, FunctionType]:
 
 
 _CHECKERS = _chapter_checkers()
-EXERCISE_RULES = _chapter_rules()  # function name -> what the student's code may call
+#: Every chapter's ``RULES`` merged: exercise function name -> :class:`Rules`, what the
+#: student's code may call while that function runs.
+EXERCISE_RULES = _chapter_rules()
 globals().update(_CHECKERS)
 __all__ = ["CheckResult", "EXERCISE_RULES", "Rules", *_CHECKERS]

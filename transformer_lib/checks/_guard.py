@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import site
 import sys
 import sysconfig
 import threading
@@ -49,9 +50,20 @@ _LIBRARY = "transformer_lib"
 _CHECKS = "transformer_lib.checks"
 _LIBRARY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _GUARD_FILE = os.path.abspath(__file__)
-_FRAMEWORK_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for key in
-                                ("stdlib", "platstdlib", "purelib", "platlib")
-                                if (p := sysconfig.get_paths().get(key))}))
+_PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+
+
+def _framework_dirs() -> tuple[str, ...]:
+    """Where the framework's code lives: the standard library and every package folder this
+    Python sees, including one a ``.pth`` file or Colab's ``dist-packages`` adds."""
+    folders = {sysconfig.get_paths().get(key) for key in
+               ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    folders.update(p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in _PACKAGE_FOLDERS)
+    return tuple(sorted(os.path.abspath(p) + os.sep for p in folders if p))
+
+
+_FRAMEWORK_DIRS = _framework_dirs()
 
 
 @dataclass(frozen=True)
@@ -303,6 +315,10 @@ _HOOKS = frozenset(_codes_of(_Guard))
 def guard(rules: Rules) -> Iterator[_Guard]:
     """While the block runs, the student's calls that ``rules`` refuse raise :class:`Refused`;
     the guard's ``refusals`` lists every one, caught or not."""
+    global _FRAMEWORK_DIRS
+    if (folders := _framework_dirs()) != _FRAMEWORK_DIRS:  # a package folder added since
+        _FRAMEWORK_DIRS = folders
+        _kinds.clear()
     watcher = _Guard(rules)
     previous = sys.getprofile()
     previous_thread = threading.getprofile() if hasattr(threading, "getprofile") else None

@@ -22,7 +22,8 @@ from transformer_lib.checks._harness import (
     _run,
 )
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "teacher_forcing": Rules(),
     "head_bilinear_forms": Rules(),

@@ -24,7 +24,8 @@ from transformer_lib.checks._harness import (
 )
 from transformer_lib.encoder_decoder import EncoderLayer
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "noam_for_base_lr": Rules(),
     "rezero_encoder_layer": Rules(allow=("MultiHeadAttention", "FeedForward")),

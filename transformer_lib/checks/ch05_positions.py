@@ -22,7 +22,8 @@ from transformer_lib.checks._harness import (
 )
 from transformer_lib.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "sinusoid_shift_matrix": Rules(),
     "ntk_rope_tables": Rules(allow=("rope_frequencies",)),

@@ -25,7 +25,8 @@ from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "decoder_param_count": Rules(),
     "gqa_to_mha": Rules(),

@@ -29,7 +29,8 @@ from transformer_lib.checks._harness import (
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "max_context": Rules(),
     "cached_attention_step": Rules(allow=(

@@ -25,7 +25,8 @@ from transformer_lib.checks._harness import (
     _run,
 )
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "merge_softmax_stats": Rules(),
     "tiled_causal_attention": Rules(

@@ -28,7 +28,8 @@ from transformer_lib.checks._harness import (
 )
 from transformer_lib.ffn import SwiGLU
 
-# What the student's code may call in each exercise (transformer_lib.checks._guard).
+#: What the student's code may call in each exercise: exercise function -> its
+#: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "mla_cache_bytes": Rules(),
     "gated_delta_chunk": Rules(),
