@@ -1,4 +1,5 @@
-"""Chapter 1's checkers (``transformer_lib/checks/ch01_attention.py``) name the usual mistakes
+"""Chapter 1's checkers (``transformer_lib/checks/ch01_attention.py`` and, for the core the
+learner writes, ``ch01_softmax_attention.py``) name the usual mistakes
 in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
@@ -11,8 +12,11 @@ import torch.nn.functional as F
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch01_attention,
+    ch01_softmax_attention,
+    check_attention,
     check_chunked_causal_attention,
     check_left_padded_causal_mask,
+    check_masked_softmax,
     check_score_scale,
 )
 
@@ -177,3 +181,83 @@ WRONG = [
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
     mistake_tests(WRONG, ch01_attention))
+
+
+# Plausible wrong masked softmaxes and attentions (the core exercises) ---------------------------
+
+masked_softmax, attention = references("01_attention", "masked_softmax", "attention")
+
+
+def _exp_normalise(z, dim=-1):
+    e = (z - z.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_blocking_with_zero(scores, mask=None):
+    return _exp_normalise(scores if mask is None else scores.masked_fill(~mask, 0.0))
+
+
+def softmax_zeroed_after(scores, mask=None):
+    weights = _exp_normalise(scores.float()).to(scores.dtype)
+    return weights if mask is None else weights * mask
+
+
+def softmax_over_the_queries(scores, mask=None):
+    z = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    return _exp_normalise(z, dim=0).nan_to_num(0.0)
+
+
+def softmax_without_the_maximum(scores, mask=None):
+    e = scores.exp() if mask is None else scores.exp() * mask
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_nan_for_a_blind_query(scores, mask=None):
+    z = scores.float() if mask is None else scores.float().masked_fill(~mask, float("-inf"))
+    return _exp_normalise(z).to(scores.dtype)
+
+
+def softmax_in_float32(scores, mask=None):
+    return masked_softmax(scores.float(), mask)
+
+
+def _attention_with(scale_of, dim=-1, mask_after=False):
+    def wrong(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) * scale_of(q, k, v)  # (..., T, S)
+        if mask_after:
+            weights = masked_softmax(scores) * (1 if mask is None else mask)
+        elif dim == -1:
+            weights = masked_softmax(scores, mask)
+        else:
+            z = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+            weights = _exp_normalise(z, dim=-2).nan_to_num(0.0)
+        return weights @ v, weights
+    return wrong
+
+
+def _by_d(q, k, v):
+    return 1 / math.sqrt(q.shape[-1])
+
+
+CORE_WRONG = [
+    (check_masked_softmax, softmax_blocking_with_zero, ["a blocked score set to 0"]),
+    (check_masked_softmax, softmax_zeroed_after, ["zeroing the blocked weights after"]),
+    (check_masked_softmax, softmax_over_the_queries, ["the wrong axis"]),
+    (check_masked_softmax, softmax_without_the_maximum, ["subtract each row's maximum"]),
+    (check_masked_softmax, softmax_nan_for_a_blind_query, ["0 / 0"]),
+    (check_masked_softmax, softmax_in_float32, ["expected torch.bfloat16, got torch.float32",
+                                                "keep the dtype of the inputs"]),
+    (check_attention, _attention_with(lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
+     ["not of v (Dv = 6)"]),
+    (check_attention, _attention_with(lambda q, k, v: 1.0), ["divide the scores by √D"]),
+    (check_attention, _attention_with(lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
+     ["not the number of keys"]),
+    (check_attention, _attention_with(_by_d, dim=-2), ["the softmax ran over the queries"]),
+    (check_attention, _attention_with(_by_d, mask_after=True),
+     ["the mask was applied after the softmax"]),
+    (check_attention, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1],
+     ["wrong shape for the weights: expected (..., T, S) = (3, 5), got (3, 6)"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch01_softmax_attention))
