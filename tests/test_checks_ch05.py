@@ -1,4 +1,5 @@
-"""Chapter 5's checkers (``transformer_lib/checks/ch05_positions.py``) name the usual mistakes
+"""Chapter 5's checkers (``transformer_lib/checks/ch05_positions.py`` and, for the RoPE
+rotation the learner writes, ``ch05_rope.py``) name the usual mistakes
 in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
@@ -8,8 +9,11 @@ import torch
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.checks import (
     ch05_positions,
+    ch05_rope,
     check_ntk_rope_tables,
     check_rope_cached_attention,
+    check_rope_half,
+    check_rope_interleaved,
     check_sinusoid_shift_matrix,
 )
 from transformer_lib.positional import apply_rope, rope_cos_sin, rope_frequencies
@@ -134,3 +138,60 @@ def test_ntk_tables_in_float64_pass_and_match_the_slowest_pair_by_hand(capsys):
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
     mistake_tests(WRONG, ch05_positions))
+
+
+# Plausible wrong RoPE rotations (the core exercises) --------------------------------------------
+
+rope_half, rope_interleaved = references("05_positional", "rope_half", "rope_interleaved")
+
+
+def _halves(x):
+    return x.chunk(2, dim=-1)
+
+
+def _evens_odds(x):
+    return x[..., 0::2], x[..., 1::2]
+
+
+def _interleave(a, b):
+    return torch.stack([a, b], dim=-1).flatten(-2)
+
+
+def rotation_with(split, join, *, turn=1.0, swap=False, first_only=False):
+    """A RoPE rotation with one of the usual mistakes, written as a student would."""
+
+    def rope(x, cos, sin):
+        cos, sin = (sin, cos) if swap else (cos, sin)
+        x1, x2 = split(x)
+        new1 = x1 * cos - turn * x2 * sin
+        new2 = x2 if first_only else turn * x1 * sin + x2 * cos
+        return join(new1, new2).to(x.dtype)
+
+    return rope
+
+
+def _cat(a, b):
+    return torch.cat([a, b], dim=-1)
+
+
+CORE_WRONG = [
+    (check_rope_half, rotation_with(_halves, _cat, turn=-1.0), ["turned the wrong way"]),
+    (check_rope_half, rotation_with(_evens_odds, _interleave),
+     ["that is the interleaved pairing", "channel i with channel i + D/2"]),
+    (check_rope_half, rotation_with(_halves, _cat, swap=True), ["cos and sin are swapped"]),
+    (check_rope_half, rotation_with(_halves, _interleave),
+     ["came back in the interleaved channel order"]),
+    (check_rope_half, rotation_with(_halves, _cat, first_only=True),
+     ["a vector's length changed", "both channels at once"]),
+    (check_rope_half, lambda x, cos, sin: rope_half(x.float(), cos, sin),
+     ["expected torch.bfloat16, got torch.float32"]),
+    (check_rope_interleaved, rotation_with(_halves, _cat),
+     ["that is the half pairing", "channel 2i with channel 2i + 1"]),
+    (check_rope_interleaved, rotation_with(_evens_odds, _cat),
+     ["came back in the half channel order"]),
+    (check_rope_interleaved, rotation_with(_evens_odds, _interleave, turn=-1.0),
+     ["turned the wrong way"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch05_rope))
