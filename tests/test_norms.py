@@ -1,8 +1,9 @@
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from transformer_lib.norms import LayerNorm, RMSNorm
+from transformer_lib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 
 from conftest import randomize_, require
 
@@ -74,3 +75,21 @@ def test_bad_norm_arguments_are_rejected(cls):
         cls(0)
     with pytest.raises(ValueError, match="eps must be positive, got -1"):
         cls(8, eps=-1)
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_functional_norms_match_torchs_with_random_scales(dtype):
+    """The functions the modules (and chapter 4's cells) use, against ``F.layer_norm`` and
+    ``F.rms_norm`` in float64, rounded once to ``dtype``."""
+    x = 3 + 2 * torch.randn(4, 7, 32, dtype=torch.float64)
+    weight = 1 + 0.3 * torch.randn(32, dtype=torch.float64)
+    bias = 0.2 * torch.randn(32, dtype=torch.float64)
+    want_ln = F.layer_norm(x, (32,), weight, bias, 1e-5).to(dtype)
+    want_rms = F.rms_norm(x, (32,), weight, 1e-6).to(dtype)
+    got_ln = layer_norm(x.to(dtype), weight.to(dtype), bias.to(dtype), 1e-5)
+    got_rms = rms_norm(x.to(dtype), weight.to(dtype), 1e-6)
+    assert got_ln.dtype == got_rms.dtype == dtype
+    tol = 5e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(got_ln, want_ln, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_rms, want_rms, atol=tol, rtol=tol)
