@@ -133,6 +133,7 @@ def test_every_chapter_module_is_exported():
 def test_some_checkers_return_floats():
     """The NaN contract below runs on the checkers whose reference returns a float tensor."""
     assert "check_chunked_causal_attention" in FLOAT_OUTPUT
+    assert "check_grouped_query_attention" in FLOAT_OUTPUT  # a class: its forward's output
     assert "check_left_padded_causal_mask" not in FLOAT_OUTPUT  # a boolean mask
 
 
