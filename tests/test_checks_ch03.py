@@ -1,14 +1,17 @@
-"""Chapter 3's checkers (``transformer_lib/checks/ch03_multi_head.py``) name the usual mistakes
-in words a student can act on. The contract every checker keeps is in
-``test_checks_contract.py``."""
+"""Chapter 3's checkers (``transformer_lib/checks/ch03_multi_head.py`` and, for the layer the
+learner writes, ``ch03_attention_layer.py``) name the usual mistakes in words a student can act
+on. The contract every checker keeps is in ``test_checks_contract.py``."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.checks import (
+    ch03_attention_layer,
     ch03_multi_head,
     check_attention_memory,
+    check_grouped_query_attention,
     check_split_qkv,
     check_to_per_head_layout,
 )
@@ -116,3 +119,148 @@ def test_reference_heads_follow_multi_head_attention():
     merged = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
     torch.testing.assert_close(mha(x), merged, atol=1e-6, rtol=1e-6)
     assert torch.equal(heads.transpose(1, 2).reshape(B, T, C), x)
+
+
+# Plausible wrong layers (the core exercise): the chapter's class with one thing changed -----------
+
+(GroupedQueryAttention,) = references("03_multi_head", "GroupedQueryAttention")
+
+
+def layer_wrong(*, kv="blocks", split="right", scale="head", mask_to="heads", merge="right"):
+    """The chapter's layer whose forward makes one of the usual mistakes."""
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        H, H_kv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        n_rep = H // H_kv
+
+        def heads(t, n):  # (B, T, n * D) -> n heads
+            if split == "view":
+                return t.view(B, n, T, D)  # the memory re-read: rows are not positions
+            if split == "no transpose":
+                return t.view(B, T, n, D)  # (B, T, n, D)
+            return t.view(B, T, n, D).transpose(1, 2)  # (B, n, T, D)
+
+        q = heads(self.q_proj(x), H)
+        k, v = heads(self.k_proj(x), H_kv), heads(self.v_proj(x), H_kv)
+        axis = 2 if split == "no transpose" else 1
+        if mask_to == "groups":  # no copies: the query heads of a group side by side
+            q = q.view(B, H_kv, n_rep, T, D)  # (B, H_kv, n_rep, T, D)
+            k, v = k[:, :, None], v[:, :, None]  # (B, H_kv, 1, T, D)
+        elif kv == "tiled":
+            sizes = [1, 1, 1, 1]
+            sizes[axis] = n_rep
+            k, v = k.repeat(*sizes), v.repeat(*sizes)  # kv 0, kv 1, kv 0, kv 1, ...
+        else:
+            k, v = k.repeat_interleave(n_rep, dim=axis), v.repeat_interleave(n_rep, dim=axis)
+        factor = {"head": D ** -0.5, "none": 1.0, "model": C ** -0.5}[scale]
+        scores = q @ k.transpose(-2, -1) * factor
+        if mask is not None and mask_to != "nowhere":
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        if mask_to == "groups":
+            out = out.reshape(B, H, T, D)
+        if split == "no transpose" or merge == "no transpose":
+            out = out.reshape(B, T, C)
+        elif merge == "stacked":
+            out = torch.stack(out.unbind(1), dim=-1).reshape(B, T, C)  # (B, T, D, H)
+        else:
+            out = out.transpose(1, 2).reshape(B, T, C)
+        return self.o_proj(out)
+
+    return type("GroupedQueryAttention", (GroupedQueryAttention,), {"forward": forward})
+
+
+class FusedQKV(nn.Module):
+    """One projection for queries, keys and values, as GPT-2 has: other keys."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__()
+        self.inner = GroupedQueryAttention(d_model, n_heads, n_kv_heads, bias)
+        kv = self.inner.k_proj.out_features
+        self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv, bias=bias)
+        self.o_proj = self.inner.o_proj
+
+    def forward(self, x, mask=None):
+        return self.inner(x, mask)
+
+
+class FullWidthKeys(GroupedQueryAttention):
+    """k_proj and v_proj with C outputs whatever n_kv_heads is."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__(d_model, n_heads, None, bias)
+
+
+class AlwaysBiased(GroupedQueryAttention):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__(d_model, n_heads, n_kv_heads, True)
+
+
+class CausalBuffer(GroupedQueryAttention):
+    """nanoGPT's habit: the causal mask kept as a (saved) buffer."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__(d_model, n_heads, n_kv_heads, bias)
+        self.register_buffer("bias", torch.ones(8, 8, dtype=torch.bool).tril())
+
+
+class Unchecked(nn.Module):
+    """The sizes never checked: 20 channels in 3 heads of 6, and so on."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        kv = n_kv_heads * self.head_dim
+        self.q_proj, self.o_proj = nn.Linear(d_model, d_model, bias), nn.Linear(d_model, d_model, bias)
+        self.k_proj, self.v_proj = nn.Linear(d_model, kv, bias), nn.Linear(d_model, kv, bias)
+
+    forward = GroupedQueryAttention.forward
+
+
+class InFloat32(GroupedQueryAttention):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask).float()
+
+
+CORE_WRONG = [
+    (check_grouped_query_attention, layer_wrong(kv="tiled"),
+     ["3 of 6 checks passed", "query head h must read key/value head h // 3",
+      "yours reads head h % 2"]),
+    (check_grouped_query_attention, layer_wrong(split="view"),
+     ["cut with view(B, H, T, D) straight from (B, T, C)"]),
+    (check_grouped_query_attention, layer_wrong(split="no transpose"),
+     ["the heads were not moved in front of the positions"]),
+    (check_grouped_query_attention, layer_wrong(scale="none"),
+     ["divide the scores by √D = √4"]),
+    (check_grouped_query_attention, layer_wrong(scale="model"),
+     ["not 1/√C with the layer's width C = 16"]),
+    (check_grouped_query_attention, layer_wrong(mask_to="groups"),
+     ["4 of 6 checks passed", "sequence b's mask was applied to key/value group b"]),
+    (check_grouped_query_attention, layer_wrong(mask_to="nowhere"),
+     ["the mask was not applied"]),
+    (check_grouped_query_attention, layer_wrong(merge="no transpose"),
+     ["merged with reshape(B, T, C) straight from (B, H, T, D)"]),
+    (check_grouped_query_attention, layer_wrong(merge="stacked"),
+     ["the heads' channels are interleaved"]),
+    (check_grouped_query_attention, FusedQKV,
+     ["it lacks `q_proj.weight`, `q_proj.bias`, `k_proj.weight`",
+      "it has `inner.q_proj.weight`", "`qkv_proj.weight`, `qkv_proj.bias`, which the library's",
+      "name the four projections as the library does"]),
+    (check_grouped_query_attention, FullWidthKeys,
+     ["`k_proj.weight` has shape (16, 16); in the library's layer it is (4, 16)",
+      "H_kv · D = 1 · 4 = 4 outputs"]),
+    (check_grouped_query_attention, AlwaysBiased,
+     ["5 of 6 checks passed", "it has `q_proj.bias`, `k_proj.bias`, `v_proj.bias`, "
+      "`o_proj.bias`, which", "with bias=False the projections have no bias"]),
+    (check_grouped_query_attention, CausalBuffer,
+     ["it has `bias`, which the library's layer does not", "persistent=False"]),
+    (check_grouped_query_attention, Unchecked,
+     ["5 of 6 checks passed", "instead of raising a ValueError"]),
+    (check_grouped_query_attention, InFloat32,
+     ["wrong dtype for the output: expected torch.float64, got torch.float32"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch03_attention_layer))

@@ -5,7 +5,14 @@ each needs an exercise in a chapter whose reference solution (the chapter's own 
 read by ``chapter_solutions``) it checks. For each: the reference passes; an untouched stub is "not attempted yet", in one line; a raising function gets its
 exception's one-line summary; a non-callable and odd return values never escape as
 exceptions; NaN in a floating-point output is reported as NaN; the global random state is
-left alone."""
+left alone.
+
+An exercise may ask for a class (an ``nn.Module``) instead of a function: its checker builds
+the class and calls its ``forward``. For such a checker the same contract is tested on
+classes: the stub is the class as the student copy gives it (every method raising
+NotImplementedError, ``__init__`` included), the raising submission raises in its constructor,
+the odd and the NaN outputs come from ``forward``, and what is not a class is refused as
+such."""
 from __future__ import annotations
 
 import contextlib
@@ -26,6 +33,16 @@ from conftest import checkers_in, run_check
 CHECKERS = {name: fn for name, fn in inspect.getmembers(checks, inspect.isfunction)
             if name.startswith("check_")}
 NAMES = sorted(CHECKERS)
+
+
+def _is_class(name: str) -> bool:
+    """Whether checker ``name``'s exercise asks for a class (its reference is one)."""
+    return isinstance(SOLUTIONS.get(name), type)
+
+
+def _with_forward(name: str, forward):
+    """For a class exercise: the reference class with ``forward(self, *args)`` replaced."""
+    return type("Submission", (SOLUTIONS[name],), {"forward": forward})
 
 
 def _solution(name: str):
@@ -49,6 +66,12 @@ def _returns_floats(name: str) -> bool:
         returned.append(SOLUTIONS[name](*args))
         return returned[-1]
 
+    if _is_class(name):
+        def forward(self, *args):
+            returned.append(SOLUTIONS[name].forward(self, *args))
+            return returned[-1]
+
+        recording = _with_forward(name, forward)
     with contextlib.redirect_stdout(io.StringIO()):
         CHECKERS[name](recording)
     return any(_has_float_tensor(value) for value in returned)
@@ -86,8 +109,13 @@ def test_reference_solutions_are_the_chapters_own_cells():
         for exercise in listed:
             solution = SOLUTIONS[exercise.checker]
             assert solution.__name__ == exercise.function
-            assert solution.__code__.co_filename == f"<{chapter}.ipynb, cell {exercise.cell}>"
-            assert inspect.getsource(solution).rstrip() in exercise.solution
+            functions = ([f for f in vars(solution).values() if inspect.isfunction(f)]
+                         if isinstance(solution, type) else [solution])  # a class: its methods
+            assert functions
+            for function in functions:
+                where = f"<{chapter}.ipynb, cell {exercise.cell}>"
+                assert function.__code__.co_filename == where
+                assert inspect.getsource(function).rstrip() in exercise.solution
             assert "### BEGIN SOLUTION" not in exercise.solution
 
 
@@ -105,6 +133,7 @@ def test_every_chapter_module_is_exported():
 def test_some_checkers_return_floats():
     """The NaN contract below runs on the checkers whose reference returns a float tensor."""
     assert "check_chunked_causal_attention" in FLOAT_OUTPUT
+    assert "check_grouped_query_attention" in FLOAT_OUTPUT  # a class: its forward's output
     assert "check_left_padded_causal_mask" not in FLOAT_OUTPUT  # a boolean mask
 
 
@@ -125,11 +154,33 @@ def test_untouched_stub_is_not_attempted_yet(name, capsys):
         # YOUR CODE HERE
         raise NotImplementedError()
 
-    result, printed = run_check(CHECKERS[name], stub, capsys)
+    class Stub(torch.nn.Module):  # a class exercise's stub: every method, __init__ included
+        def __init__(self, *args):
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+        def forward(self, *args):
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+    submission, named = (Stub, "`Stub.__init__`") if _is_class(name) else (stub, "`stub`")
+    result, printed = run_check(CHECKERS[name], submission, capsys)
     assert not result and not result.attempted
-    assert "not attempted yet" in printed and "`stub` still raises NotImplementedError" in printed
+    assert "not attempted yet" in printed and f"{named} still raises NotImplementedError" in printed
     assert len(printed.strip().splitlines()) == 1, "one line, not one per check"
     assert repr(result).endswith(": not attempted yet)")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if _is_class(n)])
+def test_a_class_whose_forward_is_the_stub_is_not_attempted_yet(name, capsys):
+    def forward(self, *args):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    result, printed = run_check(CHECKERS[name], _with_forward(name, forward), capsys)
+    assert not result and not result.attempted
+    assert "not attempted yet: `Submission.forward` still raises NotImplementedError" in printed
+    assert len(printed.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -139,7 +190,11 @@ def test_raising_solution_gets_a_one_line_summary(name, capsys):
     def broken(*args):
         raise IndexError(message)
 
-    result, printed = run_check(CHECKERS[name], broken, capsys)
+    class Broken(torch.nn.Module):
+        def __init__(self, *args):
+            raise IndexError(message)
+
+    result, printed = run_check(CHECKERS[name], Broken if _is_class(name) else broken, capsys)
     assert not result and result.attempted and result.failures
     assert all("raised IndexError: index 7 is out of bounds" in f for f in result.failures)
     assert "raised IndexError: index 7 is out of bounds at `raise IndexError(message)`" in printed
@@ -148,16 +203,23 @@ def test_raising_solution_gets_a_one_line_summary(name, capsys):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_not_a_function(name, capsys):
+    kind = "class" if _is_class(name) else "function"
     result, printed = run_check(CHECKERS[name], 42, capsys)
     assert not result and not result.attempted
-    assert "expected a function to check, got a value of type int" in printed
+    assert f"expected a {kind} to check, got a value of type int" in printed
+    if kind == "class":  # a function is not what a class exercise asks for either
+        result, printed = run_check(CHECKERS[name], lambda *args: None, capsys)
+        assert not result and not result.attempted
+        assert "expected a class to check, got a value of type function" in printed
 
 
 @pytest.mark.parametrize("value", [None, "a string", 3, (1, 2), [torch.zeros(1)]],
                          ids=["None", "str", "int", "tuple", "list"])
 @pytest.mark.parametrize("name", NAMES)
 def test_odd_return_values_never_escape(name, value, capsys):
-    result, printed = run_check(CHECKERS[name], lambda *args: value, capsys)
+    submission = (_with_forward(name, lambda self, *args: value) if _is_class(name)
+                  else lambda *args: value)
+    result, printed = run_check(CHECKERS[name], submission, capsys)
     assert not result and result.attempted and "✗" in printed
 
 
@@ -168,6 +230,9 @@ def test_nan_in_the_output_is_reported_as_nan(name, capsys):
     def nan_somewhere(*args):
         return _with_nan(solution(*args))
 
+    if _is_class(name):
+        nan_somewhere = _with_forward(
+            name, lambda self, *args: _with_nan(solution.forward(self, *args)))
     result, printed = run_check(CHECKERS[name], nan_somewhere, capsys)
     assert not result and result.attempted
     assert "NaN appeared in " in printed

@@ -590,6 +590,66 @@ def test_conversion_of_a_small_notebook():
     assert nb.cells[3].metadata["tags"] == ["remove-cell", "keep-me"]
 
 
+_CLASS_REFERENCE = '''class Scaler(torch.nn.Module):
+    """Multiplies its input by a factor."""
+
+    def __init__(self, factor: float = 2.0):
+        """Keep the factor."""
+        ### BEGIN SOLUTION
+        super().__init__()
+        self.factor = factor  # kept for forward
+        ### END SOLUTION
+
+    def forward(self, x):
+        """x times the factor, same shape."""
+        ### BEGIN SOLUTION
+        return torch.mul(x, self.factor)  # a product, not a sum
+        ### END SOLUTION'''
+
+
+def test_a_class_exercise_keeps_its_outline_and_every_method_becomes_the_stub():
+    nb = _notebook(nbformat.v4.new_code_cell(_CLASS_REFERENCE, metadata={"tags": [HIDDEN]}),
+                   nbformat.v4.new_code_cell("assert check_scaler(Scaler)"))
+    student = make_student.student_notebook(nb, "x.ipynb")
+    assert student.cells[1].source == (
+        'class Scaler(torch.nn.Module):\n    """Multiplies its input by a factor."""\n\n'
+        '    def __init__(self, factor: float = 2.0):\n        """Keep the factor."""\n'
+        '        # YOUR CODE HERE\n        raise NotImplementedError()\n\n'
+        '    def forward(self, x):\n        """x times the factor, same shape."""\n'
+        '        # YOUR CODE HERE\n        raise NotImplementedError()')
+    assert student.cells[2].source == "check_scaler(Scaler)"
+    (exercise,) = make_student.exercises(nb, "x.ipynb")
+    assert (exercise.function, exercise.checker, exercise.cell) == ("Scaler", "check_scaler", 1)
+    assert "super().__init__()" in exercise.solution and make_student.BEGIN not in exercise.solution
+    assert leaks(nb, student) == [] and docstring_leaks(nb, student) == []
+
+
+@pytest.mark.parametrize("change, problem, line", [
+    (("        ### BEGIN SOLUTION\n        super().__init__()",
+      "        super().__init__()\n        ### BEGIN SOLUTION"), "must be exactly one solution region", 6),
+    (("        self.factor = factor  # kept for forward\n        ### END SOLUTION",
+      "        ### END SOLUTION\n        self.factor = factor"), "must be exactly one solution region", 6),
+    (("        ### BEGIN SOLUTION\n        super",
+      "        # the parent first\n        ### BEGIN SOLUTION\n        super"),
+     "must be exactly one solution region", 6),
+    (("        ### BEGIN SOLUTION\n        return torch.mul(x, self.factor)  # a product, not a sum\n"
+      "        ### END SOLUTION", "        return torch.mul(x, self.factor)"),
+     "the body of Scaler.forward after its docstring", 13),
+    (('        """x times the factor, same shape."""\n', ""), "Scaler.forward has no docstring", 11),
+    (('    """Multiplies its input by a factor."""\n',
+      '    """Multiplies its input by a factor."""\n    default = 2.0\n'),
+     "holds something other than its docstring and methods", 3),
+], ids=["code-before-the-region", "code-after-the-region", "a-comment-before-the-region",
+        "a-method-without-a-region", "a-method-without-a-docstring", "a-class-attribute"])
+def test_a_class_exercise_whose_code_would_reach_the_copy_is_refused(change, problem, line):
+    old, new = change
+    assert old in _CLASS_REFERENCE
+    nb = _notebook(nbformat.v4.new_code_cell(_CLASS_REFERENCE.replace(old, new)))
+    with pytest.raises(make_student.MarkerError, match=rf"x\.ipynb, cell 1 .*line {line}: "
+                                                       rf".*{re.escape(problem)}"):
+        make_student.student_notebook(nb, "x.ipynb")
+
+
 # Not in the book, but run by the tests --------------------------------------------------------
 
 

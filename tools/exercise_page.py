@@ -28,11 +28,11 @@ _HEAD = """\
 # Exercise notebooks
 
 Every chapter ends with graded exercises. The student copies below are the chapters with the
-solutions taken out: each exercise's function is a stub (`raise NotImplementedError()`), and
-the cell after it runs a checker that reports "not attempted yet", what is wrong with an
-attempt (with a hint for the usual mistakes), or that every check passed. The self-check
-answers are left out too. The copies run top to bottom on Colab as they are: their first cell
-installs the course library.
+solutions taken out: each exercise's function (or class) is a stub (`raise
+NotImplementedError()`), and the cell after it runs a checker that reports "not attempted
+yet", what is wrong with an attempt (with a hint for the usual mistakes), or that every check
+passed. The self-check answers are left out too. The copies run top to bottom on Colab as they
+are: their first cell installs the course library.
 
 | chapter | exercises | open |
 |---|---|---|

@@ -9,7 +9,11 @@ An exercise in a chapter is four cells in a row:
    ``Challenge: ...``, with a ``:label:`` unique in the book; the task says what to write;
 2. code, tagged ``remove-cell``: the function with a docstring that states its contract
    (arguments, result, shapes) and never the solution; the reference code sits between
-   ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers) inside the function;
+   ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers) inside the function.
+   An exercise may ask for a class instead: its statement and docstring, then only methods,
+   each with its signature and docstring followed by one solution region that holds the whole
+   rest of its body (``__init__`` included), so that the stub keeps the outline and nothing
+   of the code;
 3. code, tagged ``remove-cell``: ``assert check_<name>(<name>)``;
 4. Markdown: one ``{solution} <label>`` directive with ``:class: dropdown``, holding a fenced
    ``python`` block equal to cell 2 without its two marker lines, then why it works and the
@@ -22,7 +26,8 @@ holding one ``{admonition}`` directive with ``:class: dropdown``.
 What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 
 - the lines between the two markers become ``# YOUR CODE HERE`` and
-  ``raise NotImplementedError()``, indented like the markers;
+  ``raise NotImplementedError()``, indented like the markers (in a class, every method's
+  body becomes this stub);
 - a Markdown cell holding a ``{solution}`` directive, a Markdown cell tagged ``answer``, and
   every cell tagged ``instructor`` are left out;
 - ``assert check_...(...)`` becomes a plain call, so that an unfinished exercise is reported
@@ -41,9 +46,11 @@ What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 
 The chapters are only read. The same chapters give byte-identical copies, and copies whose
 chapter is gone are removed. A marker out of place (an END without a BEGIN, a BEGIN without
-an END, one region inside another, a region outside a function), a ``{solution}`` directive
-that is not a cell of its own, or a code cell tagged ``answer`` stops the script with the
-notebook, the cell and the line, before anything is written.
+an END, one region inside another, a region outside a function), a class with a solution
+region that holds anything but its docstring and methods, or a method of it whose body is not
+its docstring and one region, a ``{solution}`` directive that is not a cell of its own, or a
+code cell tagged ``answer`` stops the script with the notebook, the cell and the line, before
+anything is written.
 """
 from __future__ import annotations
 
@@ -118,8 +125,47 @@ def _marked_lines(source: str, where: str = "<cell>"):
         raise MarkerError(f"{where}, line {begin_line}: {BEGIN!r} without an {END!r} after it")
 
 
+def _check_classes(source: str, where: str = "<cell>") -> None:
+    """In a code cell with a solution region, each class that holds a region is an exercise's
+    outline: its docstring and methods only, and each method its docstring followed by exactly
+    one solution region that holds the rest of its body, so that the stub keeps the class
+    statement and each method's signature and docstring and nothing of the code. Anything
+    else raises :class:`MarkerError` naming ``where`` and the line."""
+    kinds = [kind for kind, _ in _marked_lines(source, where)]  # kinds[n - 1]: line n
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax: no class to look at
+        return
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or "begin" not in kinds[
+                node.lineno - 1:node.end_lineno + 1]:
+            continue
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        for item in body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                raise MarkerError(f"{where}, line {item.lineno}: class {node.name} holds "
+                                  "something other than its docstring and methods; the "
+                                  "student copy keeps only those")
+            name = f"{node.name}.{item.name}"
+            if ast.get_docstring(item) is None:
+                raise MarkerError(f"{where}, line {item.lineno}: {name} has no docstring; in "
+                                  "a class exercise each method states its contract in one")
+            start = item.body[0].end_lineno + 1  # the line after the docstring
+            end = next((n for n in range(start, len(kinds) + 1) if kinds[n - 1] == "end"),
+                       None)
+            rest = kinds[start - 1:end]
+            if (end is None or rest.count("begin") != 1 or item.end_lineno > end
+                    or any(k == "code" and line.strip() for k, line in zip(
+                        rest, source.split("\n")[start - 1:end]))):
+                raise MarkerError(f"{where}, line {start}: the body of {name} after its "
+                                  "docstring must be exactly one solution region, or its code "
+                                  "reaches the student copy")
+
+
 def strip_solutions(source: str, where: str = "<cell>") -> str:
     """Replace every solution region of a code cell's ``source`` by the stub."""
+    if BEGIN in source:
+        _check_classes(source, where)
     out: list[str] = []
     for kind, line in _marked_lines(source, where):
         if kind == "begin":
@@ -133,23 +179,26 @@ def strip_solutions(source: str, where: str = "<cell>") -> str:
 def solution_source(source: str, where: str = "<cell>") -> str:
     """A code cell's ``source`` with its two marker lines taken out: the reference solution as
     the book runs it (and as its ``{solution}`` directive shows it)."""
+    if BEGIN in source:
+        _check_classes(source, where)
     return "\n".join(line for kind, line in _marked_lines(source, where)
                      if kind in ("code", "solution"))
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of a chapter: the function the student writes and its checker."""
+    """One exercise of a chapter: the function (or class) the student writes and its
+    checker."""
 
-    function: str  # the function the solution region sits in, e.g. "split_qkv"
+    function: str  # the function (or class) the solution region sits in, e.g. "split_qkv"
     checker: str  # the checker the chapter asserts on it, e.g. "check_split_qkv"
     cell: int  # the index of the cell with the solution region
     solution: str  # that cell's source without the marker lines
 
 
 def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
-    """The exercises of chapter ``nb``, in page order: every function holding a solution
-    region whose name a later code cell checks with ``assert check_<name>(<name>)``.
+    """The exercises of chapter ``nb``, in page order: every function (or class) holding a
+    solution region whose name a later code cell checks with ``assert check_<name>(<name>)``.
 
     Raises:
         MarkerError: a marker out of place, or a solution region whose function no cell
@@ -168,7 +217,7 @@ def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
         where = _where(name, index, cell)
         solution = solution_source(cell.source, where)
         functions = [node.name for node in ast.parse(solution).body
-                     if isinstance(node, ast.FunctionDef)]
+                     if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
         names = [fn for fn in functions if fn in checked]
         if not names:
             raise MarkerError(f"{where}: no cell checks a function of this cell "

@@ -55,32 +55,35 @@ _RULES: contextvars.ContextVar[Rules | None] = contextvars.ContextVar("rules", d
 _DENY_ALL = Rules()
 
 
-def _run(exercise: str, fn: Any, cases: Sequence[Case], *, rules: Rules) -> CheckResult:
+def _run(exercise: str, fn: Any, cases: Sequence[Case], *, rules: Rules,
+         kind: str = "function") -> CheckResult:
     """Run every case, print the verdict, return it. Never raises.
 
     Args:
-        exercise: the name of the function the exercise asks for, e.g. ``"softmax"``.
-        fn: the student's function.
+        exercise: the name of what the exercise asks for, e.g. ``"softmax"``.
+        fn: the student's function (or class).
         cases: ``(description, run)`` pairs; ``run()`` raises :class:`_Failure` (or
             :class:`_NotAttempted`) when the check fails.
         rules: what the student's code may call (:class:`~._guard.Rules`); every call of
-            the student's function in the cases (:func:`_call`) runs under them.
+            the student's code in the cases (:func:`_call`) runs under them.
+        kind: ``"function"``, or ``"class"`` for an exercise that asks for a class (its
+            constructor and methods are called through :func:`_call`).
 
     Returns:
         The :class:`CheckResult`, after printing its report.
     """
     name = getattr(fn, "__name__", exercise)
-    if not callable(fn):
-        head = f"{exercise}: expected a function to check, got {_describe(fn)}."
+    if not (isinstance(fn, type) if kind == "class" else callable(fn)):
+        head = f"{exercise}: expected a {kind} to check, got {_describe(fn)}."
         return _finish(exercise, False, False, [head], [head])
     token = _RULES.set(rules)
     try:
-        return _run_cases(exercise, name, cases)
+        return _run_cases(exercise, fn, name, cases)
     finally:
         _RULES.reset(token)
 
 
-def _run_cases(exercise: str, name: str, cases: Sequence[Case]) -> CheckResult:
+def _run_cases(exercise: str, fn: Any, name: str, cases: Sequence[Case]) -> CheckResult:
     lines: list[str] = []
     failures: list[str] = []
     hints: set[str] = set()
@@ -92,6 +95,10 @@ def _run_cases(exercise: str, name: str, cases: Sequence[Case]) -> CheckResult:
                 head = (f"{exercise}: not attempted yet: `{name}` still raises "
                         "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
                         "with your code, then run this cell again.")
+            elif isinstance(fn, type) and callable(getattr(fn, exc.where, None)):
+                head = (f"{exercise}: not attempted yet: `{name}.{exc.where}` still raises "
+                        "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
+                        "of each method with your code, then run this cell again.")
             else:
                 head = (f"{exercise}: not attempted yet: `{name}` calls `{exc.where}`, which still "
                         f"raises NotImplementedError. Complete `{exc.where}` first.")
