@@ -1,15 +1,18 @@
-"""Chapter 4's checkers (``transformer_lib/checks/ch04_normalisation.py``) name the usual
-mistakes in words a student can act on. The contract every checker keeps is in
-``test_checks_contract.py``."""
+"""Chapter 4's checkers (``transformer_lib/checks/ch04_normalisation.py`` and, for the norms
+the learner writes, ``ch04_norms.py``) name the usual mistakes in words a student can act on.
+The contract every checker keeps is in ``test_checks_contract.py``."""
 from __future__ import annotations
 
 import torch
 
 from transformer_lib.checks import (
     ch04_normalisation,
+    ch04_norms,
     check_deepnorm_gradient_profile,
+    check_layer_norm,
     check_noam_for_base_lr,
     check_rezero_encoder_layer,
+    check_rms_norm,
 )
 
 from chapter_solutions import references
@@ -164,3 +167,71 @@ def test_the_checkers_leave_the_library_layers_as_they_were(capsys):
     capsys.readouterr()
     layer = EncoderLayer(8, 2, 16, dropout=0.0)
     assert layer(torch.randn(1, 3, 8)).shape == (1, 3, 8)
+
+
+# Plausible wrong norms (the core exercises) ------------------------------------------------------
+
+layer_norm, rms_norm = references("04_normalisation", "layer_norm", "rms_norm")
+
+
+def _in_fp32(norm):
+    """The statistics in float32 for half-precision inputs, the result in x's dtype."""
+    def wrapped(x, *args):
+        h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        return norm(h, *(a.to(h.dtype) if torch.is_tensor(a) else a for a in args)).to(x.dtype)
+    return wrapped
+
+
+def ln_with(*, correction=0, eps_outside=False, centre=True, dim=-1, swap=False):
+    """layer_norm with one of the usual mistakes, written as a student would."""
+    @_in_fp32
+    def norm(x, gamma, beta, eps=1e-5):
+        if swap:
+            gamma, beta = beta, gamma
+        mu = x.mean(dim=dim, keepdim=True) if centre else 0.0
+        var = ((x - mu) ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - correction)
+        root = torch.sqrt(var) + eps if eps_outside else torch.sqrt(var + eps)
+        return gamma * (x - mu) / root + beta
+    return norm
+
+
+def rms_with(*, centre=False, eps_outside=False, scale=True, dim=-1):
+    """rms_norm with one of the usual mistakes, written as a student would."""
+    @_in_fp32
+    def norm(x, g, eps=1e-6):
+        h = x - x.mean(dim=dim, keepdim=True) if centre else x
+        ms = (h * h).mean(dim=dim, keepdim=True)
+        root = torch.sqrt(ms) + eps if eps_outside else torch.sqrt(ms + eps)
+        return (g if scale else 1.0) * h / root
+    return norm
+
+
+def ln_in_half(x, gamma, beta, eps=1e-5):
+    mu = x.mean(dim=-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
+    return gamma * (x - mu) / torch.sqrt(var + eps) + beta
+
+
+def rms_in_half(x, g, eps=1e-6):
+    return g * x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+
+
+CORE_WRONG = [
+    (check_layer_norm, ln_with(correction=1), ["divided by C - 1"]),
+    (check_layer_norm, ln_with(eps_outside=True), ["eps was added after the square root"]),
+    (check_layer_norm, ln_with(centre=False), ["the mean was not subtracted"]),
+    (check_layer_norm, ln_with(swap=True), ["gamma and beta are swapped"]),
+    (check_layer_norm, ln_with(dim=0), ["the statistics ran over the wrong axis"]),
+    (check_layer_norm, ln_in_half, ["5 of 6 checks passed", "300² is inf in float16"]),
+    (check_layer_norm, lambda x, gamma, beta, eps=1e-5: layer_norm(x.float(), gamma.float(),
+                                                                   beta.float(), eps),
+     ["expected torch.float16, got torch.float32"]),
+    (check_rms_norm, rms_with(centre=True), ["RMSNorm subtracts no mean"]),
+    (check_rms_norm, rms_with(eps_outside=True), ["eps was added after the square root"]),
+    (check_rms_norm, rms_with(scale=False), ["the learned scale g was not applied"]),
+    (check_rms_norm, rms_with(dim=0), ["the mean square ran over the wrong axis"]),
+    (check_rms_norm, rms_in_half, ["5 of 6 checks passed", "300² is inf in float16"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch04_norms))
