@@ -240,20 +240,6 @@ def max_context(budget_bytes, n_layers, d_model, n_heads, n_kv_heads, batch_size
     return c._max_context(budget_bytes, n_layers, d_model, n_heads, n_kv_heads, batch_size,
                           dtype)
 """, "ch07_kv_cache._max_context"),
-    ("check_cached_attention_step", "the layer's own kv_cache", """
-import torch
-from transformer_lib.cache import KVCache
-def cached_attention_step(attn, x, k_cache, v_cache, cos, sin):
-    B, P = x.shape[0], k_cache.shape[-2]
-    cache = KVCache(1, B, attn.n_kv_heads, P + x.shape[1], attn.head_dim, dtype=x.dtype)
-    return attn(x, rope=(cos, sin), kv_cache=cache), k_cache, v_cache
-""", "cache.KVCache"),
-    ("check_cached_attention_step", REFERENCE, """
-from transformer_lib.checks import ch07_kv_cache as c
-def cached_attention_step(attn, x, k_cache, v_cache, cos, sin):
-    return c._reference_step(attn, x, k_cache, v_cache, cos, sin)
-""", "ch07_kv_cache._reference_step"),
-
     ("check_batched_generation", LIBRARY, """
 import torch
 def generate_batch(model, prompts, max_new_tokens):

@@ -153,3 +153,17 @@ def test_a_number_is_compared_with_its_known_mistakes():
         failure = _failure(_harness._compare_number, odd, 32.0, "the scale")
         assert failure.message.startswith("the scale should be a number, got")
         assert described in failure.message
+
+
+def test_an_argument_meant_to_change_in_place_is_passed_as_it_is():
+    """An exercise that writes into a preallocated cache names the cache in ``in_place``: the
+    function gets the checker's own tensor, and its change is not a failure."""
+    def write(cache, value):
+        cache[1] = value
+        return cache
+
+    cache = torch.zeros(3)
+    assert _harness._call(write, [cache, 5.0], ["cache", "value"], in_place=("cache",)) is cache
+    assert cache.tolist() == [0.0, 5.0, 0.0]
+    with pytest.raises(_results._Failure, match="changed its input `cache` in place"):
+        _harness._call(write, [torch.zeros(3), 5.0], ["cache", "value"])

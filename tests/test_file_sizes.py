@@ -7,7 +7,6 @@ LIB = Path(__file__).resolve().parent.parent / "transformer_lib"
 MAX_LINES = 450
 # file -> why it is one file: the exceptions, each chosen, not grown into
 LONGER = {
-    "checks/ch07_kv_cache.py": "chapter 7's checkers with the decoding machinery only they use",
     # Their docstrings are the API reference (Args and Returns with shapes for every name).
     "attention.py": "the three attention entries, the layer and their documented arguments",
     "text.py": "the text model's data, training loop and documented bundled results",

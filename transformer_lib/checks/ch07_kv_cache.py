@@ -1,8 +1,10 @@
-"""Checkers for the exercises of chapter 7, the KV cache (``chapters/07_kv_cache.ipynb``): the
-longest context whose cache fits a memory budget, one cached step of a grouped-query attention
-layer on a chunk of new tokens, greedy generation of prompts of different lengths in one batch
-with one cache, and a step of greedy speculative decoding that verifies a draft in one forward
-and rolls the cache back."""
+"""Checkers for the exercises at the end of chapter 7, the KV cache
+(``chapters/07_kv_cache.ipynb``): the longest context whose cache fits a memory budget, greedy
+generation of prompts of different lengths in one batch with one cache, and a step of greedy
+speculative decoding that verifies a draft in one forward and rolls the cache back. The core
+the chapter builds, the write into a preallocated cache and a cached attention step, is
+checked in :mod:`~transformer_lib.checks.ch07_cached_attention`; the sampling distribution in
+:mod:`~transformer_lib.checks.ch07_sampling`."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -11,7 +13,6 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.cache import KVCache
 from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
@@ -22,19 +23,15 @@ from transformer_lib.checks._harness import (
     _describe,
     _Failure,
     _generator,
-    _items,
     _known_mistakes,
     _run,
 )
 from transformer_lib.decoder import Decoder, DecoderConfig
-from transformer_lib.positional import apply_rope, rope_cos_sin
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "max_context": Rules(),
-    "cached_attention_step": Rules(allow=(
-        "causal_mask", "repeat_kv", "scaled_dot_product_attention", "apply_rope")),
     "generate_batch": Rules(allow=(
         "Decoder.new_cache", "DecoderBlock", "RMSNorm", "PositionCache.advance", "causal_mask")),
     "speculative_step": Rules(allow=("Decoder.forward",)),
@@ -112,143 +109,6 @@ def check_max_context(max_context: Callable[..., int]) -> CheckResult:
          case(80 * gib, 80, 8192, 64, 8, 16, torch.float16)),
         ("a budget smaller than one position: 0", case(200, 2, 64, 4, 1, 1, torch.float64)),
     ], rules=RULES["max_context"])
-
-
-# One cached step of a GQA layer on a chunk ---------------------------------------------------
-
-
-def _reference_step(attn: MultiHeadAttention, x: Tensor, k_cache: Tensor, v_cache: Tensor,
-                    cos: Tensor, sin: Tensor, *, mask: str = "causal", rope_from: str = "cache",
-                    store_repeated: bool = False, rotate_cache: bool = False,
-                    rotate_v: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """The reference (the defaults) and the mistakes (the other arguments), computed with the
-    layer's own projections: RoPE split-half, the new tokens at positions P … P + T - 1."""
-    B, T, C = x.shape
-    P, H, H_kv, D = k_cache.shape[2], attn.n_heads, attn.n_kv_heads, attn.head_dim
-    start = P if rope_from == "cache" else 0
-    c, s = cos[start:start + T], sin[start:start + T]  # (T, D/2) each
-    q = attn.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k = attn.k_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
-    v = attn.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
-    q, k = apply_rope(q, c, s), apply_rope(k, c, s)
-    if rotate_v:
-        v = apply_rope(v, c, s)
-    old_k = apply_rope(k_cache, cos[:P], sin[:P]) if rotate_cache else k_cache
-    keys = torch.cat([old_k, k], dim=2)  # (B, H_kv, P + T, D)
-    values = torch.cat([v_cache, v], dim=2)  # (B, H_kv, P + T, D)
-    m = {"causal": causal_mask(T, P + T),
-         "tril": torch.ones(T, P + T).tril().bool(),  # ignores the offset
-         "none": None}[mask]
-    rep = H // H_kv
-    full_k = keys.repeat_interleave(rep, dim=1)  # (B, H, P + T, D)
-    full_v = values.repeat_interleave(rep, dim=1)  # (B, H, P + T, D)
-    scores = q @ full_k.transpose(-2, -1) * D ** -0.5  # (B, H, T, P + T)
-    if m is not None:
-        scores = scores.masked_fill(~m, float("-inf"))
-    out = scores.softmax(dim=-1) @ full_v  # (B, H, T, D)
-    out = attn.o_proj(out.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
-    if store_repeated:
-        return out, full_k, full_v
-    return out, keys, values
-
-
-_STEP_MISTAKES = [
-    (dict(mask="tril"), "the mask ignores the offset: query i sits at position P + i and may "
-                        "see keys 0 … P + i, so the mask has P extra visible columns on the "
-                        "left (causal_mask(T, P + T)), not the lower triangle of a (T, S) "
-                        "block"),
-    (dict(mask="none"), "without a mask each new token also sees the new tokens after it: "
-                        "within the chunk the mask is still causal"),
-    (dict(rope_from="zero"), "the new tokens were turned as if they started at position 0: "
-                             "their RoPE rows are P … P + T - 1, after the cached positions"),
-    (dict(rotate_cache=True), "the cached keys were rotated again: the cache holds them "
-                              "already turned, each at its own position"),
-    (dict(rotate_v=True), "the values were rotated: RoPE turns queries and keys only"),
-]
-
-
-def check_cached_attention_step(cached_attention_step: Callable[..., tuple]) -> CheckResult:
-    """Check ``cached_attention_step(attn, x, k_cache, v_cache, cos, sin) -> (out, k_cache,
-    v_cache)``: one step of a grouped-query attention layer ``attn`` (a
-    :class:`~transformer_lib.attention.MultiHeadAttention`, split-half RoPE) on a chunk
-    ``x`` ``(B, T, C)`` of new tokens at positions ``P … P + T - 1``, given the cached keys
-    (rotated) and values ``(B, H_kv, P, D)`` of positions ``0 … P - 1`` and RoPE tables
-    ``(L, D/2)``. Returns the layer's output ``(B, T, C)`` for the new tokens and the caches
-    after the step, ``(B, H_kv, P + T, D)`` each.
-
-    Args:
-        cached_attention_step: the function to check (the exercise's), called on the checker's
-            own inputs.
-
-    Returns:
-        A :class:`~transformer_lib.checks.CheckResult`, truthy when every check passed;
-        its report is printed.
-    """
-    g = _generator()
-
-    def case(B: int, H: int, H_kv: int, D: int, P: int, T: int, bias: bool,
-             layer_idx: int) -> Callable[[], None]:
-        C = H * D
-        with torch.random.fork_rng():
-            torch.manual_seed(int(torch.randint(0, 2 ** 31, (1,), generator=g)))
-            attn = MultiHeadAttention(C, H, H_kv, bias=bias, layer_idx=layer_idx).eval()
-        with torch.no_grad():
-            for p in attn.parameters():
-                p.copy_(0.4 * torch.randn(p.shape, generator=g))
-        history = torch.randn(B, P + T, C, generator=g)  # every position's input
-        cos, sin = rope_cos_sin(P + T + 3, D)  # (L, D/2): a few rows to spare
-        with torch.no_grad():  # the caches as a layer that saw positions 0 … P - 1 left them
-            k_old = attn.k_proj(history[:, :P]).view(B, P, H_kv, D).transpose(1, 2)
-            k_cache = apply_rope(k_old, cos[:P], sin[:P])  # (B, H_kv, P, D)
-            v_cache = attn.v_proj(history[:, :P]).view(B, P, H_kv, D).transpose(1, 2)
-        x = history[:, P:]  # (B, T, C): the new tokens
-        args = [attn, x, k_cache, v_cache, cos, sin]
-
-        def run() -> None:
-            with torch.no_grad():
-                got = _call(cached_attention_step, args,
-                            ["attn", "x", "k_cache", "v_cache", "cos", "sin"])
-                want = _reference_step(*args)
-                wrongs = [(_reference_step(*args, **kw), hint) for kw, hint in _STEP_MISTAKES]
-            got = _items(got, 3, "the triple (out, k_cache, v_cache)")
-            repeated = (B, H, P + T, D)
-            kv_hints = {
-                repeated: "store the H_kv key/value heads, not copies for every query head: "
-                          "the repetition is only for the attention product",
-                (B, H_kv, P, D): "the cache after the step holds the new positions too: "
-                                 "P + T of them",
-                (B, H_kv, T, D): "return the whole cache after the step, the P cached "
-                                 "positions and the T new ones",
-            }
-            axes = ("batch", "KV head", "position", "channel")
-            _compare(got[0], want[0], "out", letters="(B, T, C)",
-                     axes=("batch", "new token", "channel"),
-                     mistakes=[(w[0], hint) for w, hint in wrongs])
-            _compare(got[1], want[1], "k_cache", letters="(B, H_kv, P + T, D)", axes=axes,
-                     mistakes=[(w[1], hint) for w, hint in wrongs], shape_hints=kv_hints)
-            _compare(got[2], want[2], "v_cache", letters="(B, H_kv, P + T, D)", axes=axes,
-                     mistakes=[(w[2], hint) for w, hint in wrongs], shape_hints=kv_hints)
-
-        def run_with_hints() -> None:
-            try:
-                run()
-            except _Failure as exc:
-                if exc.hint is None and "does not broadcast to scores" in exc.message:
-                    raise _Failure(exc.message,
-                                   "a square (T, T) mask leaves out the cached keys: the "
-                                   "scores are (T, P + T)") from None
-                raise
-        return run_with_hints
-
-    return _run("cached_attention_step", cached_attention_step, [
-        ("GQA: 4 query heads, 2 KV heads, 5 cached positions, a chunk of 3",
-         case(2, 4, 2, 4, 5, 3, False, 0)),
-        ("one new token after 9 cached positions (decoding), bias, layer 1",
-         case(1, 4, 2, 6, 9, 1, True, 1)),
-        ("MQA: 6 query heads share one KV head, a chunk of 4 after 7",
-         case(2, 6, 1, 4, 7, 4, False, 0)),
-        ("an empty cache: a prompt of 5 tokens (prefill), MHA", case(1, 2, 2, 8, 0, 5, False, 2)),
-    ], rules=RULES["cached_attention_step"])
 
 
 # A small decoder to decode with, and a counter of its forward passes -------------------------
