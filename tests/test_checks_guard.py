@@ -193,6 +193,7 @@ def test_framework_code_in_any_package_folder_on_the_path_is_the_frameworks(tmp_
     own = _student("import torch\ndef f(x):\n    with torch._C.DisableTorchFunction():\n"
                    "        return x + 1\n")
     assert "DisableTorchFunction" in _refused(own, NOTHING, X)
+    assert torch._C._is_torch_function_enabled()  # refused, yet its exit ran: modes are back
 
 
 def test_a_notebooks_own_function_with_a_library_name_is_its_own_code():

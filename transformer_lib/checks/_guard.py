@@ -277,7 +277,13 @@ class _Guard(TorchFunctionMode):
         if event == "c_call":
             name = self.refused_builtins.get(id(arg))
             if name is None and isinstance(getattr(arg, "__self__", None), self.switch_types):
-                name = f"torch._C.{type(arg.__self__).__name__}"  # its __enter__
+                name = f"torch._C.{type(arg.__self__).__name__}"
+                if getattr(arg, "__name__", "") == "__exit__":
+                    # A `with` block calls __enter__ unseen and __exit__ as a call: record
+                    # the switch, but let the exit run, so that the modes come back on.
+                    if _kind(frame) == _STUDENT:
+                        self.refusals.append(name)
+                    return
             if name is not None and _kind(frame) == _STUDENT:  # called by the student's line
                 self._refuse(name)
             return
