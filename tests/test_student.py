@@ -778,3 +778,23 @@ def test_exercise_page_is_up_to_date_and_links_every_copy():
     assert "appendix/exercise_notebooks" in toc_docnames()
     intro = (ROOT / "intro.md").read_text(encoding="utf-8")
     assert "(appendix/exercise_notebooks.md)" in intro, "the intro's instructors point to it"
+
+
+def test_the_core_track_lists_core_exercises_that_exist():
+    """The instructors' page names every exercise of its core track: each is an exercise of
+    the chapter it names, titled Core, with a checker that refuses something."""
+    from transformer_lib.checks import EXERCISE_RULES
+    page = (ROOT / "appendix" / "instructors.md").read_text(encoding="utf-8")
+    section = page.split("## The core track", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", section, re.M)
+    assert len(rows) == 12 and "twelve exercises" in section
+    from chapter_solutions import _notebook, chapter_exercises
+    levels = {}
+    for chapter, listed in chapter_exercises().items():
+        cells = _notebook(chapter).cells
+        for exercise in listed:
+            level = re.search(r"\{exercise\} ([\w-]+):", cells[exercise.cell - 1].source)
+            levels[exercise.function] = (int(chapter[:2]), level and level.group(1))
+    for number, function in rows:
+        assert levels.get(function) == (int(number), "Core"), function
+        assert function in EXERCISE_RULES
