@@ -413,7 +413,8 @@ def test_student_copy_exercise_headings_are_translated():
     english = ROOT / "exercises" / "04_normalisation.ipynb"
     text = notebooks.translated_notebook(english, "chapters/04_normalisation", CHINESE)
     assert "**Exercise " not in text
-    assert re.search(r"\*\*练习 1（热身：[^）]+）\*\*", text)
+    assert re.search(r"\*\*练习 1（核心：[^）]+）\*\*", text)  # the core exercise built inline
+    assert re.search(r"\*\*练习 3（热身：[^）]+）\*\*", text)  # the first of the page's end
 
 
 def test_exercise_headings_stay_english_in_a_language_without_their_words():
