@@ -288,3 +288,40 @@ def test_recall_memories(n_pairs):
                            ("least_squares", {})):
         same(recall(*on_device(keys, values), method, **kwargs),
              recall(keys, values, method, **kwargs), dict(atol=1e-8, rtol=0))
+
+
+# The exercises' structure checks --------------------------------------------------------------
+
+
+def _on_device_then_back(chunked: bool):
+    """A chapter-1 exercise 1.3 submission that does its work on the device: one chunk of
+    queries at a time (``chunked``), or all queries at once."""
+
+    def submission(q, k, v, chunk):
+        qd, kd, vd = on_device(q, k, v)
+        T = q.shape[-2]
+        if not chunked:
+            return scaled_dot_product_attention(qd, kd, vd, causal_mask(T).to(DEVICE))[0].cpu()
+        pieces = []
+        for start in range(0, T, chunk):
+            end = min(start + chunk, T)
+            mask = causal_mask(end - start, end).to(DEVICE)
+            pieces.append(scaled_dot_product_attention(
+                qd[..., start:end, :], kd[..., :end, :], vd[..., :end, :], mask)[0])
+        return torch.cat(pieces, dim=-2).cpu()
+
+    submission.__name__ = "chunked_causal_attention"
+    return submission
+
+
+def test_the_structure_checks_see_work_done_on_the_device(capsys):
+    """The checkers watch what the student's code computes through torch function modes: a
+    submission that moves the inputs to the GPU is watched there too. The whole-sequence
+    weights are found on the device, and chunked work passes."""
+    from transformer_lib.checks import check_chunked_causal_attention
+
+    assert check_chunked_causal_attention(_on_device_then_back(chunked=True))
+    capsys.readouterr()
+    assert not check_chunked_causal_attention(_on_device_then_back(chunked=False))
+    report = capsys.readouterr().out
+    assert "a floating-point tensor of shape (2, 3, 12, 12) was created" in report
