@@ -73,14 +73,17 @@ def chapter_namespace(chapter: str) -> dict:
     its reference solutions: the chapter's imports of the names they use, then every solution
     cell, in page order."""
     nb = _notebook(chapter)
-    listed = make_student.exercises(nb, f"{chapter}.ipynb")
-    needed = {node.id for exercise in listed for node in ast.walk(ast.parse(exercise.solution))
+    cells = {e.cell: e.solution for e in make_student.exercises(nb, f"{chapter}.ipynb")}
+    for index, cell in enumerate(nb.cells):  # a capstone's functions of earlier chapters
+        if make_student.PASTE_TAG in cell.get("metadata", {}).get("tags", []):
+            cells[index] = make_student.solution_source(cell.source, f"{chapter}, cell {index}")
+    needed = {node.id for source in cells.values() for node in ast.walk(ast.parse(source))
               if isinstance(node, ast.Name)}
     namespace: dict = {"__name__": f"chapters.{chapter}"}
     imports = ast.Module(body=_imports(nb, needed), type_ignores=[])
     _run(ast.unparse(imports), f"<{chapter}.ipynb: imports>", namespace)
-    for exercise in listed:
-        _run(exercise.solution, f"<{chapter}.ipynb, cell {exercise.cell}>", namespace)
+    for index in sorted(cells):
+        _run(cells[index], f"<{chapter}.ipynb, cell {index}>", namespace)
     return namespace
 
 

@@ -257,6 +257,11 @@ def exercise_problems(nb, name: str = "<notebook>") -> list[str]:
     for i, cell in enumerate(cells):
         if i in placed:
             continue
+        if make_student.PASTE_TAG in _tags(cell):  # a capstone's functions of earlier chapters
+            if HIDDEN not in _tags(cell) or make_student.BEGIN not in cell.source:
+                problems.append(f"{name}, cell {i}: a `{make_student.PASTE_TAG}` cell must hold "
+                                f"solution regions and be tagged {HIDDEN!r}")
+            continue
         if cell.cell_type == "code" and make_student.BEGIN in cell.source:
             problems.append(f"{name}, cell {i}: a solution region outside an exercise")
         if cell.cell_type == "code" and re.search(r"^\s*assert check_", cell.source, re.M):
@@ -798,3 +803,24 @@ def test_the_core_track_lists_core_exercises_that_exist():
     for number, function in rows:
         assert levels.get(function) == (int(number), "Core"), function
         assert function in EXERCISE_RULES
+
+
+def test_the_capstone_pastes_each_piece_as_its_chapter_wrote_it():
+    """The capstone's ``paste`` cells hold the pieces the earlier chapters ask for, each the
+    chapter's own reference cell, unchanged, so the book's capstone runs the solutions the
+    book shows; and every function the capstone's solutions call by a piece's name is one."""
+    from chapter_solutions import _notebook, chapter_exercises
+    written = {e.function: _notebook(chapter).cells[e.cell].source
+               for chapter, listed in chapter_exercises().items() if chapter != "07b_capstone"
+               for e in listed}
+    capstone = _read(CHAPTERS / "07b_capstone.ipynb")
+    pasted = {}
+    for cell in capstone.cells:
+        if make_student.PASTE_TAG in _tags(cell):
+            for piece in cell.source.split("\n\n\n"):
+                name = re.match(r"(?:def|class) (\w+)", piece).group(1)
+                pasted[name] = piece
+    assert set(pasted) == {"masked_softmax", "attention", "rms_norm", "rope_half", "swiglu",
+                           "decoder_block", "decoder_logits", "sampling_probs"}
+    for name, piece in pasted.items():
+        assert piece == written[name], f"{name} differs from its chapter's reference"

@@ -19,6 +19,11 @@ An exercise in a chapter is four cells in a row:
    ``python`` block equal to cell 2 without its two marker lines, then why it works and the
    mistakes the checker recognises.
 
+A capstone gathers the student's own functions from several chapters: a code cell tagged
+``paste`` (and ``remove-cell``) holds the references of those functions, each body a solution
+region, and is no exercise of its own (the capstone's exercises use them). In the copy it
+becomes the stubs, where the student pastes the functions that passed in their chapters.
+
 The book executes cells 2 and 3 without showing them and shows the reference code only in
 the folded solution. A self-check answer is a Markdown cell of its own, tagged ``answer``,
 holding one ``{admonition}`` directive with ``:class: dropdown``.
@@ -76,6 +81,7 @@ END = "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 INSTRUCTOR_TAG = "instructor"
 ANSWER_TAG = "answer"
+PASTE_TAG = "paste"  # a capstone's cell of functions written in earlier chapters
 # Tags that hide a cell or its code in the book; taken off the stub and the check cell.
 HIDING_TAGS = ("remove-cell", "remove-input", "hide-input", "hide-cell")
 _SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
@@ -212,7 +218,8 @@ def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
                     checked.setdefault(found.group(2), found.group(1))
     found_exercises = []
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or BEGIN not in cell.source:
+        if (cell.cell_type != "code" or BEGIN not in cell.source
+                or PASTE_TAG in cell.get("metadata", {}).get("tags", [])):
             continue
         where = _where(name, index, cell)
         solution = solution_source(cell.source, where)

@@ -253,10 +253,10 @@ def _borrowed(value: Any) -> str | None:
     return _borrowed_class(type(value))
 
 
-def _held(module: nn.Module) -> tuple[str, str] | None:
+def _held(module: nn.Module, allowed: tuple[type, ...] = ()) -> tuple[str, str] | None:
     """``(where, what)`` for the first library layer (or library function) that ``module``
     keeps: as a submodule, an attribute, an item of an attribute, or an attribute of its
-    class."""
+    class. Instances of the ``allowed`` classes (a config, say) do not count."""
     named = list(nn.Module.named_modules(module))
     for path, sub in named:
         what = _borrowed_class(type(sub))
@@ -272,7 +272,7 @@ def _held(module: nn.Module) -> tuple[str, str] | None:
             items = (list(value.values()) if isinstance(value, dict) else list(value)
                      if isinstance(value, (list, tuple, set, frozenset)) else [value])
             for item in items:
-                what = _borrowed(item)
+                what = None if isinstance(item, allowed) else _borrowed(item)
                 if what:
                     return where, what
     return None
