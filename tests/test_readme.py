@@ -12,7 +12,7 @@ from notebook_imports import import_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))  # the capstone, 07b, aside
 
 
 def _text() -> str:
