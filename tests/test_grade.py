@@ -93,7 +93,7 @@ def test_full_solution_passes_everything(graded):
     _, table, _ = graded
     row = _row(table, "alice")
     assert row["status"] == "ok" and row["chapter"] == "00_setup"
-    assert (row["passed"], row["total"]) == ("1", "1") and row["00_setup:mha_shapes"] == "pass"
+    assert (row["passed"], row["total"]) == ("1", "1") and row["setup-ex-shapes"] == "pass"
 
 
 def test_chinese_notebooks_are_graded_as_their_chapter(graded):
@@ -101,29 +101,29 @@ def test_chinese_notebooks_are_graded_as_their_chapter(graded):
     assert (lin["status"], lin["chapter"], lin["passed"], lin["total"]) == (
         "ok", "00_setup", "1", "1")
     assert (mei["status"], mei["chapter"], mei["passed"]) == ("ok", "00_setup", "0")
-    assert mei["00_setup:mha_shapes"] == "not attempted"
+    assert mei["setup-ex-shapes"] == "not attempted"
 
 
 def test_untouched_copy_is_not_attempted(graded):
     row = _row(graded[1], "bob")
     assert row["status"] == "ok" and row["passed"] == "0"
-    assert row["00_setup:mha_shapes"] == "not attempted"
+    assert row["setup-ex-shapes"] == "not attempted"
 
 
 def test_a_copy_that_replaces_the_checker_earns_nothing(graded):
     row = _row(graded[1], "carol")
     assert row["status"] == "ok" and row["passed"] == "0"
-    assert row["00_setup:mha_shapes"] == "fail"  # graded by the real checker: returns None
+    assert row["setup-ex-shapes"] == "fail"  # graded by the real checker: returns None
 
 
 def test_an_infinite_loop_hits_the_time_limit_and_the_run_goes_on(graded):
     row = _row(graded[1], "dave")
-    assert row["status"] == "time limit" and row["00_setup:mha_shapes"] == "time limit"
+    assert row["status"] == "time limit" and row["setup-ex-shapes"] == "time limit"
 
 
 def test_a_crash_of_the_kernel_is_reported(graded):
     row = _row(graded[1], "eve")
-    assert row["status"] == "kernel died" and row["00_setup:mha_shapes"] == "kernel died"
+    assert row["status"] == "kernel died" and row["setup-ex-shapes"] == "kernel died"
 
 
 @pytest.mark.parametrize("student", ["mallory", "nia"])
@@ -131,14 +131,14 @@ def test_a_planted_checkers_package_is_not_imported(graded, student):
     """The fake passes everything; the real checker fails the notebook's ``mha_shapes``."""
     row = _row(graded[1], student)
     assert row["status"] == "ok" and row["passed"] == "0"
-    assert row["00_setup:mha_shapes"] == "fail"
+    assert row["setup-ex-shapes"] == "fail"
 
 
 def test_checkers_served_by_an_import_hook_are_tampering(graded):
     rows, table, out = graded
     row = _row(table, "trudy")
     assert row["status"] == "tampered" and row["passed"] == "0"
-    assert row["00_setup:mha_shapes"] == "tampered"
+    assert row["setup-ex-shapes"] == "tampered"
     feedback = (out.parent / "feedback" / "trudy.md").read_text(encoding="utf-8")
     assert "Status: tampered: the checkers were not the installed ones." in feedback
     assert "fake_checks.py, not from the installed library" in feedback
@@ -151,19 +151,20 @@ def test_invalid_json_is_not_a_notebook(graded):
 
 def test_a_renamed_function_is_missing(graded):
     row = _row(graded[1], "grace")
-    assert row["status"] == "ok" and row["00_setup:mha_shapes"] == "missing"
+    assert row["status"] == "ok" and row["setup-ex-shapes"] == "missing"
 
 
 def test_another_chapter_in_a_nested_folder_is_graded_as_that_chapter(graded):
     row = _row(graded[1], "heidi")
     assert row["chapter"] == "01_attention" and row["status"] == "ok"
     assert row["total"] == str(len(grade.chapters()["01_attention"].exercises))
-    assert set(v for k, v in row.items() if k.startswith("01_attention:")) == {"not attempted"}
+    ids = grade.chapters()["01_attention"].ids.values()
+    assert {row[i] for i in ids} == {"not attempted"}
 
 
 def test_a_renamed_file_is_matched_by_its_title(graded):
     row = _row(graded[1], "ivan")
-    assert row["chapter"] == "00_setup" and row["00_setup:mha_shapes"] == "pass"
+    assert row["chapter"] == "00_setup" and row["setup-ex-shapes"] == "pass"
 
 
 def test_unknown_chapter_and_empty_folder_get_their_status(graded):
@@ -247,3 +248,32 @@ def test_make_grade_leaves_the_defaults_to_the_grader():
     assert "--jobs" not in command() and "--timeout" not in command()
     assert command("JOBS=3", "TIMEOUT=50").endswith("--jobs 3 --timeout 50")
     assert grade.grade.__defaults__[:2] == (grade.DEFAULT_JOBS, grade.DEFAULT_TIMEOUT)
+
+
+def test_exercises_are_found_by_their_ids_wherever_the_book_has_them(tmp_path):
+    """A copy made before a page was split is graded on the exercises it was made with: the
+    ids in its metadata find them on the page that holds them now, and the gradebook's
+    columns are those ids."""
+    import nbformat
+    known = grade.chapters()
+    attention, capstone = known["01_attention"], known["07b_capstone"]
+    nb = nbformat.v4.new_notebook(metadata={"transformer_lib": {
+        "chapter": "an_old_page", "exercises": [
+            attention.exercise_id("masked_softmax"), capstone.exercise_id("train_lm"),
+            "an-exercise-the-book-dropped"]}})
+    found = grade.to_grade(nb, grade.identify(nb, "x.ipynb", known), known)
+    assert found.id == "01_attention"
+    assert found.exercises == [("masked_softmax", "check_masked_softmax"),
+                               ("train_lm", "check_train_lm")]
+    assert set(found.ids.values()) == {"attention-ex-masked-softmax", "capstone-ex-train"}
+    plain = nbformat.v4.new_notebook(metadata={"transformer_lib": {"chapter": "00_setup"}})
+    assert grade.to_grade(plain, "00_setup", known) is known["00_setup"]
+    row = grade.Row("ann", "x.ipynb", "01_attention",
+                    results={"masked_softmax": grade.Result.PASS},
+                    ids={"attention-ex-masked-softmax": "masked_softmax"})
+    grade.write_gradebook([row], known, tmp_path / "book.csv")
+    header, line = (tmp_path / "book.csv").read_text().splitlines()
+    columns = header.split(",")
+    assert "attention-ex-masked-softmax" in columns and "capstone-ex-train" in columns
+    assert line.split(",")[columns.index("attention-ex-masked-softmax")] == "pass"
+    assert line.split(",")[3:5] == ["1", "1"]

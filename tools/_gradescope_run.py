@@ -73,7 +73,8 @@ def load_assignment(path: Path = HERE / "assignment.json") -> dict:
 
 def known_chapters(assignment: dict) -> dict[str, grade.Chapter]:
     """The course's chapters as ``grade`` knows them, from the assignment's list."""
-    return {cid: grade.Chapter(cid, c["title"], [tuple(pair) for pair in c["exercises"]])
+    return {cid: grade.Chapter(cid, c["title"], [tuple(pair) for pair in c["exercises"]],
+                               c.get("ids", {}))
             for cid, c in assignment["chapters"].items()}
 
 

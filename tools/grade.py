@@ -9,10 +9,13 @@ student is the first folder under ``SUBMISSIONS``).
 
 For each notebook:
 
-1. Its chapter is what the notebook is, not its file name: the chapter id that ``make
-   student`` writes into every copy's metadata, else the title of its first cell, else the
-   file name without Colab's "Copy of " prefix. A notebook of no known chapter, or a file
-   that is not a notebook, gets that status and is not run.
+1. Its exercises are found by exercise id: ``make student`` writes the ids of a copy's
+   exercises into its metadata, and the grader looks each one up wherever the book has it
+   now, so a copy made before a page was split or renamed is still graded. A notebook
+   without ids (or none the book still has) is graded on its chapter's exercises; its chapter
+   is what the notebook is, not its file name: the chapter id in its metadata, else the title
+   of its first cell, else the file name without Colab's "Copy of " prefix. A notebook of no
+   known chapter, or a file that is not a notebook, gets that status and is not run.
 2. It runs top to bottom in a fresh kernel of this Python (one thread: ``OMP_NUM_THREADS=1``)
    in its own process, under a time limit for the whole notebook. A cell that raises does not
    stop the run.
@@ -35,8 +38,9 @@ file therefore imports only the standard library and ``nbformat`` at the top (th
 parser, :func:`chapters`, is loaded where it is used) and runs on Python 3.10.
 
 Output: ``gradebook.csv`` (one row per student and notebook: ``student``, ``notebook``,
-``chapter``, ``passed``, ``total``, ``status`` (a :class:`Status`), then one column per exercise
-``<chapter>:<function>`` with ``pass``, ``fail``, ``not attempted`` or ``missing`` (a
+``chapter``, ``passed``, ``total``, ``status`` (a :class:`Status`), then one column per exercise,
+named by the exercise's id (the ``:label:`` of its ``{exercise}``, e.g.
+``attention-ex-masked-softmax``), with ``pass``, ``fail``, ``not attempted`` or ``missing`` (a
 :class:`Result`); when the notebook was not graded, each column says why: ``time limit``,
 ``kernel died``, ``tampered`` or ``not graded``) and, beside it, ``feedback/<student>.md`` with
 each checker's report.
@@ -103,11 +107,18 @@ class Result(Enum):
 
 @dataclass
 class Chapter:
-    """A chapter that has exercises: its id (file stem), title and (function, checker) pairs."""
+    """A chapter that has exercises: its id (file stem), title, (function, checker) pairs and
+    each function's exercise id (the ``:label:`` of its ``{exercise}``, which stays when the
+    exercise moves to another page)."""
 
     id: str
     title: str
     exercises: list[tuple[str, str]]
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def exercise_id(self, function: str) -> str:
+        """The id of the exercise that asks for ``function``: its gradebook column."""
+        return self.ids.get(function) or f"{self.id}:{function}"
 
 
 @dataclass
@@ -121,6 +132,7 @@ class Row:
     detail: str = ""  # why, for the instructor, when the status is not OK
     results: dict[str, Result] = field(default_factory=dict)  # function -> its result
     reports: dict[str, str] = field(default_factory=dict)  # function -> checker's report
+    ids: dict[str, str] = field(default_factory=dict)  # exercise id -> its function
 
     def cell(self, function: str) -> str:
         """The gradebook's entry for ``function``: its result, or why it has none."""
@@ -150,10 +162,32 @@ def chapters(source_dir: Path = CHAPTERS) -> dict[str, Chapter]:
     found = {}
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        pairs = [(e.function, e.checker) for e in exercises(nb, path.name)]
-        if pairs:
-            found[path.stem] = Chapter(path.stem, _title(nb), pairs)
+        listed = exercises(nb, path.name)
+        if listed:
+            found[path.stem] = Chapter(path.stem, _title(nb),
+                                       [(e.function, e.checker) for e in listed],
+                                       {e.function: e.id for e in listed})
     return found
+
+
+def _stamped(nb) -> list[str]:
+    """The exercise ids a student copy was made with (``make student`` writes them)."""
+    ids = (nb.metadata.get("transformer_lib") or {}).get("exercises")
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+
+def to_grade(nb, chapter_id: str | None, known: dict[str, Chapter]) -> Chapter | None:
+    """The exercises to grade in a submitted notebook, found by exercise id: those the copy
+    was made with, wherever the book has them now (a page split or renamed since), else those
+    of its chapter. None when neither is known."""
+    where = {c.exercise_id(fn): (c, fn, check) for c in known.values()
+             for fn, check in c.exercises}
+    found = [where[i] for i in _stamped(nb) if i in where]
+    if not found:
+        return known.get(chapter_id) if chapter_id else None
+    home = chapter_id if chapter_id in known else found[0][0].id
+    return Chapter(home, known[home].title, [(fn, check) for _, fn, check in found],
+                   {fn: c.exercise_id(fn) for c, fn, _ in found})
 
 
 def identify(nb, filename: str, known: dict[str, Chapter]) -> str | None:
@@ -262,15 +296,15 @@ def grade_notebook(path: Path, student: str, known: dict[str, Chapter], timeout:
     except Exception:  # noqa: BLE001 - invalid JSON, not a notebook, unreadable
         row.status = Status.NOT_A_NOTEBOOK
         return row
-    chapter_id = identify(nb, path.name, known)
-    if chapter_id is None:
+    chapter = to_grade(nb, identify(nb, path.name, known), known)
+    if chapter is None:
         row.status = Status.UNKNOWN_CHAPTER
         return row
-    row.chapter = chapter_id
-    if expected is not None and chapter_id != expected:
+    row.chapter = chapter.id
+    if expected is not None and chapter.id != expected:
         row.status = Status.WRONG_CHAPTER
         return row
-    chapter = known[chapter_id]
+    row.ids = {chapter.exercise_id(fn): fn for fn, _ in chapter.exercises}
     untrusted = sorted({path.parent.resolve(), (folder or path.parent).resolve()})
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
         run = _run_with_retry(path, chapter, timeout, Path(workdir), untrusted, user)
@@ -305,15 +339,17 @@ def submissions(folder: Path) -> tuple[list[tuple[str, Path]], list[str]]:
 
 
 def write_gradebook(rows: list[Row], known: dict[str, Chapter], out: Path) -> None:
-    columns = [(c.id, fn) for c in known.values() for fn, _ in c.exercises]
+    """One column per exercise, named by its id, in the book's order."""
+    columns = [c.exercise_id(fn) for c in known.values() for fn, _ in c.exercises]
     with out.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student", "notebook", "chapter", "passed", "total", "status",
-                         *[f"{chapter}:{fn}" for chapter, fn in columns]])
+                         *columns])
         for row in rows:
-            total = len(known[row.chapter].exercises) if row.chapter else 0
+            total = len(row.ids)
             passed = sum(result is Result.PASS for result in row.results.values())
-            cells = [row.cell(fn) if chapter == row.chapter else "" for chapter, fn in columns]
+            cells = [row.cell(row.ids[column]) if column in row.ids else ""
+                     for column in columns]
             writer.writerow([row.student, row.notebook, row.chapter, passed, total,
                              row.status.value, *cells])
 

@@ -23,7 +23,8 @@ Each zip, ``DIR/<chapter>-autograder.zip``, follows Gradescope's autograder spec
   sees the tests' output.
 
 Points: Warm-up 1, Core 2, Challenge 3 (:data:`POINTS`); ``--points Core=4`` changes a level,
-``--points split_heads=5`` one exercise. The zips are the same bytes for the same chapters.
+``--points mh-ex-gqa-layer=5`` (an exercise's id) or ``--points split_heads=5`` (its function)
+one exercise. The zips are the same bytes for the same chapters.
 """
 from __future__ import annotations
 
@@ -102,9 +103,10 @@ def chapter_exercises(path: Path, points: dict[str, float]) -> list[dict]:
     """The exercises of the chapter notebook ``path``, in page order, with their points.
 
     Returns:
-        One dict per exercise: ``function``, ``checker``, ``level``, ``name`` (the
-        Gradescope test's: ``"Core: <title> (<function>)"``) and ``points`` (the
-        function's override, else its level's, else :data:`POINTS`).
+        One dict per exercise: ``id`` (its ``:label:``), ``function``, ``checker``,
+        ``level``, ``name`` (the Gradescope test's: ``"Core: <title> (<function>)"``) and
+        ``points`` (the override of its id or its function, else its level's, else
+        :data:`POINTS`).
 
     Raises:
         ValueError: an exercise's title does not start with a level of :data:`POINTS`."""
@@ -116,9 +118,11 @@ def chapter_exercises(path: Path, points: dict[str, float]) -> list[dict]:
         if level not in POINTS:
             raise ValueError(f"{path.name}: the exercise of {exercise.function} is titled "
                              f"{title!r}, not '<level>: ...' with a level of {list(POINTS)}")
-        found.append({"function": exercise.function, "checker": exercise.checker,
-                      "level": level, "name": f"{title} ({exercise.function})",
-                      "points": points.get(exercise.function, points.get(level, POINTS[level]))})
+        own = points.get(exercise.id, points.get(exercise.function))
+        found.append({"id": exercise.id, "function": exercise.function,
+                      "checker": exercise.checker, "level": level,
+                      "name": f"{title} ({exercise.function})",
+                      "points": own if own is not None else points.get(level, POINTS[level])})
     return found
 
 
@@ -128,8 +132,8 @@ def assignment(chapter: str, known: dict[str, grade.Chapter], source_dir: Path,
     return {"chapter": chapter, "title": known[chapter].title,
             "version": project_version(ROOT),
             "exercises": chapter_exercises(source_dir / f"{chapter}.ipynb", points),
-            "chapters": {cid: {"title": c.title, "exercises": [list(e) for e in c.exercises]}
-                         for cid, c in known.items()},
+            "chapters": {cid: {"title": c.title, "exercises": [list(e) for e in c.exercises],
+                               "ids": c.ids} for cid, c in known.items()},
             "timeout": timeout, "test_visibility": VISIBILITY[hide_tests]}
 
 
@@ -210,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         known = grade.chapters()
         chosen = list(dict.fromkeys(c for name in args.chapters for c in resolve(name, known)))
         points = parse_points(args.points)
-        names = set(POINTS) | {fn for c in chosen for fn, _ in known[c].exercises}
+        names = set(POINTS) | {name for c in chosen for fn, _ in known[c].exercises
+                               for name in (fn, known[c].exercise_id(fn))}
         unknown = sorted(set(points) - names)
         if unknown:
             raise ValueError(f"--points names neither a level nor an exercise: {unknown}")

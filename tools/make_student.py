@@ -43,9 +43,10 @@ What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 - a Markdown cell that is one ``{exercise}`` directive becomes plain Markdown headed
   "**Exercise N (title)**", numbered in page order as the book numbers them, since Jupyter
   and Colab do not render MyST directives;
-- the copy's metadata names its chapter and the library version (``metadata["transformer_lib"]``:
-  ``{"chapter": "01_attention", "version": "0.2.0"}``), and its setup cell installs the
-  library at the tag ``v<version>`` instead of the branch, so handouts do not change under
+- the copy's metadata names its chapter, the library version and the ids of its exercises
+  (``metadata["transformer_lib"]``: ``{"chapter": "01_attention", "version": "0.2.0",
+  "exercises": ["attention-ex-masked-softmax", ...]}``; an exercise's id is its
+  ``:label:``), and its setup cell installs the library at the tag ``v<version>`` instead of the branch, so handouts do not change under
   the students when the course moves on;
 - outputs and execution counts are cleared. Every other cell is kept as it is.
 
@@ -87,6 +88,7 @@ HIDING_TAGS = ("remove-cell", "remove-input", "hide-input", "hide-cell")
 _SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
 _EXERCISE_OPEN = re.compile(r"^(`{3,}|:{3,})\{exercise\}\s*(.*)$")
 _OPTION = re.compile(r"^:[\w-]+:")
+_LABEL = re.compile(r"^:label:\s*(\S+)", re.M)
 _CHECK_ASSERT = re.compile(r"^(\s*)assert\s+(check_\w+\(.*\))\s*$")
 _CHECKED_FUNCTION = re.compile(r"^\s*assert\s+(check_\w+)\((\w+)\)\s*$")  # check_x(fn)
 
@@ -200,6 +202,8 @@ class Exercise:
     checker: str  # the checker the chapter asserts on it, e.g. "check_split_qkv"
     cell: int  # the index of the cell with the solution region
     solution: str  # that cell's source without the marker lines
+    id: str = ""  # the label of the {exercise} directive before it: the exercise's id in the
+    # book, which stays when the exercise moves to another page (the grader keys on it)
 
 
 def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
@@ -217,7 +221,11 @@ def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
                 if found:
                     checked.setdefault(found.group(2), found.group(1))
     found_exercises = []
+    label = ""  # the label of the last {exercise} directive
     for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
+            found = _LABEL.search(cell.source)
+            label = found.group(1) if found else ""
         if (cell.cell_type != "code" or BEGIN not in cell.source
                 or PASTE_TAG in cell.get("metadata", {}).get("tags", [])):
             continue
@@ -230,7 +238,8 @@ def exercises(nb, name: str = "<notebook>") -> list[Exercise]:
             raise MarkerError(f"{where}: no cell checks a function of this cell "
                               f"({', '.join(functions) or 'none defined'}) with "
                               "`assert check_<name>(<name>)`")
-        found_exercises += [Exercise(fn, checked[fn], index, solution) for fn in names]
+        found_exercises += [Exercise(fn, checked[fn], index, solution, label or fn)
+                            for fn in names]
     return found_exercises
 
 
@@ -289,9 +298,11 @@ def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
     tag ``v<version>``, so a term's copies install the same library in week 12 as in week 1."""
     student = copy.deepcopy(nb)
     if chapter is not None:
-        student.metadata["transformer_lib"] = {"chapter": chapter, "version": version}
+        ids = [e.id for e in exercises(nb, name)]
+        student.metadata["transformer_lib"] = {"chapter": chapter, "version": version,
+                                               **({"exercises": ids} if ids else {})}
     cells = []
-    exercises = 0
+    numbered = 0  # exercises so far
     for index, cell in enumerate(nb.cells):
         where = _where(name, index, cell)
         tags = cell.get("metadata", {}).get("tags", [])
@@ -314,9 +325,9 @@ def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
             cell.outputs = []
             cell.execution_count = None
         elif cell.cell_type == "markdown":
-            text = exercise_as_markdown(cell.source, exercises + 1)
+            text = exercise_as_markdown(cell.source, numbered + 1)
             if text is not None:
-                exercises += 1
+                numbered += 1
                 cell.source = text
         cells.append(cell)
     student.cells = cells
