@@ -46,8 +46,8 @@ What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 - the copy's metadata names its chapter, the library version and the ids of its exercises
   (``metadata["transformer_lib"]``: ``{"chapter": "01_attention", "version": "0.2.0",
   "exercises": ["attention-ex-masked-softmax", ...]}``; an exercise's id is its
-  ``:label:``), and its setup cell installs the library at the tag ``v<version>`` instead of the branch, so handouts do not change under
-  the students when the course moves on;
+  ``:label:``), and its setup cell installs the library at the tag ``v<version>`` instead
+  of the branch, so handouts do not change under the students when the course moves on;
 - outputs and execution counts are cleared. Every other cell is kept as it is.
 
 The chapters are only read. The same chapters give byte-identical copies, and copies whose
