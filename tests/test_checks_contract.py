@@ -7,6 +7,9 @@ exception's one-line summary; a non-callable and odd return values never escape 
 exceptions; NaN in a floating-point output is reported as NaN; the global random state is
 left alone.
 
+A function exercise may take keyword arguments as well (chapter 4's training step): the
+stand-in submissions below accept them.
+
 An exercise may ask for a class (an ``nn.Module``) instead of a function: its checker builds
 the class and calls its ``forward``. For such a checker the same contract is tested on
 classes: the stub is the class as the student copy gives it (every method raising
@@ -62,8 +65,8 @@ def _returns_floats(name: str) -> bool:
     inputs: run the checker once on the solution and look at what it returned."""
     returned = []
 
-    def recording(*args):
-        returned.append(SOLUTIONS[name](*args))
+    def recording(*args, **kwargs):
+        returned.append(SOLUTIONS[name](*args, **kwargs))
         return returned[-1]
 
     if _is_class(name):
@@ -150,7 +153,7 @@ def test_reference_solution_passes(name, capsys):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_untouched_stub_is_not_attempted_yet(name, capsys):
-    def stub(*args):
+    def stub(*args, **kwargs):
         # YOUR CODE HERE
         raise NotImplementedError()
 
@@ -187,7 +190,7 @@ def test_a_class_whose_forward_is_the_stub_is_not_attempted_yet(name, capsys):
 def test_raising_solution_gets_a_one_line_summary(name, capsys):
     message = "index 7 is out of bounds\nsecond line of detail"
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise IndexError(message)
 
     class Broken(torch.nn.Module):
@@ -218,7 +221,7 @@ def test_not_a_function(name, capsys):
 @pytest.mark.parametrize("name", NAMES)
 def test_odd_return_values_never_escape(name, value, capsys):
     submission = (_with_forward(name, lambda self, *args: value) if _is_class(name)
-                  else lambda *args: value)
+                  else lambda *args, **kwargs: value)
     result, printed = run_check(CHECKERS[name], submission, capsys)
     assert not result and result.attempted and "✗" in printed
 
@@ -227,8 +230,8 @@ def test_odd_return_values_never_escape(name, value, capsys):
 def test_nan_in_the_output_is_reported_as_nan(name, capsys):
     solution = SOLUTIONS[name]
 
-    def nan_somewhere(*args):
-        return _with_nan(solution(*args))
+    def nan_somewhere(*args, **kwargs):
+        return _with_nan(solution(*args, **kwargs))
 
     if _is_class(name):
         nan_somewhere = _with_forward(

@@ -414,7 +414,7 @@ def test_student_copy_exercise_headings_are_translated():
     text = notebooks.translated_notebook(english, "chapters/04_normalisation", CHINESE)
     assert "**Exercise " not in text
     assert re.search(r"\*\*练习 1（核心：[^）]+）\*\*", text)  # the core exercise built inline
-    assert re.search(r"\*\*练习 3（热身：[^）]+）\*\*", text)  # the first of the page's end
+    assert re.search(r"\*\*练习 4（热身：[^）]+）\*\*", text)  # the first of the page's end
 
 
 def test_exercise_headings_stay_english_in_a_language_without_their_words():
