@@ -351,7 +351,7 @@ def test_translated_pages_open_their_notebooks_in_colab():
 def test_translated_exercise_page_opens_the_translated_student_copies(html, language):
     page = (html / language.folder / "appendix" / "exercise_notebooks.html").read_text(encoding="utf-8")
     links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', page)
-    assert len(links) == len(list((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))) > 0
+    assert len(links) == len(list((ROOT / "exercises").glob("[0-9][0-9]*_*.ipynb"))) > 0
     for link in links:
         folder, name = link.split("/blob/", 1)[1].split("/", 1)[1].rsplit("/", 1)
         assert folder == f"{language.folder}/exercises" and (ROOT / folder / name).is_file(), link
@@ -386,7 +386,7 @@ def test_translated_notebooks_are_in_step_with_the_english_ones_and_the_catalogs
     targets = notebooks.targets()
     for language in TRANSLATIONS:  # every chapter and student copy, in every edition's folder
         for folder in notebooks.SOURCES:
-            for english in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+            for english in sorted((ROOT / folder).glob("[0-9][0-9]*_*.ipynb")):
                 assert ROOT / language.folder / folder / english.name in targets
     stale = [path for path, text in targets.items()
              if not path.exists() or path.read_text(encoding="utf-8") != text]
@@ -401,7 +401,7 @@ _FOLDERS = [(language, folder) for language in TRANSLATIONS for folder in notebo
 def test_translated_notebooks_keep_the_code_and_metadata_of_the_english_ones(language, folder):
     import json
 
-    for english in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+    for english in sorted((ROOT / folder).glob("[0-9][0-9]*_*.ipynb")):
         translated = ROOT / language.folder / folder / english.name
         en, other = (json.loads(p.read_text(encoding="utf-8")) for p in (english, translated))
         assert en["metadata"] == other["metadata"], translated  # the grader's chapter id included

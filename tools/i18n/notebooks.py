@@ -152,7 +152,7 @@ def targets() -> dict[Path, str]:
     found = {}
     for language in languages.translations():
         for folder in SOURCES:
-            for path in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+            for path in sorted((ROOT / folder).glob("[0-9][0-9]*_*.ipynb")):
                 page = f"chapters/{path.stem}"
                 found[ROOT / language.folder / folder / path.name] = translated_notebook(
                     path, page, language)

@@ -26,13 +26,26 @@ A refused call raises :class:`Refused` into the student's code and is recorded, 
 the exception does not help: :func:`_harness._call` reports any recorded refusal as a failed
 check, "this exercise asks you to write it yourself: `name` is not allowed here".
 
+Library code is recognised by where its code object comes from, the library's files (or code
+Python generated for a library class, such as a dataclass's ``__init__``), not by the name of
+the module it runs in: the student's code run on globals named like the library's is the
+student's, and the library's code object copied into a new function is still the library's.
+A refused package's code is recognised by its files in the same way. The framework's ready-made answers
+are also refused at the level of PyTorch's operators (``torch.ops.aten._softmax``, reached by
+``F.softmin`` or ``torch.ops`` as well), by a ``TorchDispatchMode``. A thread started with
+``_thread`` (which would run without the watch) is refused, and so is a change to the guard's
+code or to a checker's rules while the submission runs.
+
 What this cannot catch: the library's (or PyTorch's) source pasted into the notebook and run as
-the student's own code, work done in another thread or process, and code compiled under a
-file name that pretends to be the framework's. ``CONTRIBUTING.md`` says so too.
+the student's own code, work handed to a thread or process that was started before the check,
+and code compiled under a file name that pretends to be the framework's.
+``CONTRIBUTING.md`` says so too.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import os
 import site
 import sys
@@ -45,6 +58,7 @@ from typing import Any, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _LIBRARY = "transformer_lib"
 _CHECKS = "transformer_lib.checks"
@@ -149,9 +163,8 @@ def _kind(frame: FrameType) -> str:
             else code.co_filename
         if filename == _GUARD_FILE:
             kind = _GUARD
-        elif (module == _LIBRARY or module.startswith(_LIBRARY + ".")) and (
-                filename.startswith(_LIBRARY_DIR) or filename.startswith("<")):
-            kind = _LIB
+        elif filename.startswith(_LIBRARY_DIR) or code in _generated_codes():
+            kind = _LIB  # its code object copied into a new function included
         elif filename.startswith(_FRAMEWORK_DIRS) or filename.startswith("<frozen"):
             kind = _FRAMEWORK
         else:
@@ -160,15 +173,42 @@ def _kind(frame: FrameType) -> str:
     return kind
 
 
-def _caller(frame: FrameType | None) -> str | None:
-    """The kind of the nearest frame from ``frame`` outwards that is not the framework's (None
-    when there is none)."""
+def _generated_codes() -> frozenset[CodeType]:
+    """The code that Python generated for the library's classes (a dataclass's ``__init__``,
+    compiled from a string): the only library code whose file name is not a library file."""
+    found = set()
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == _LIBRARY or name.startswith(_LIBRARY + ".")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                found.update(code for code in _codes_of(value)
+                             if code.co_filename.startswith("<"))
+    return frozenset(found)
+
+
+def _caller(frame: FrameType | None, skip: tuple[str, ...] = (_FRAMEWORK,)) -> str | None:
+    """The kind of the nearest frame from ``frame`` outwards whose kind is not in ``skip``
+    (the framework's, by default); None when there is none."""
     while frame is not None:
         kind = _kind(frame)
-        if kind != _FRAMEWORK:
+        if kind not in skip:
             return kind
         frame = frame.f_back
     return None
+
+
+def _package_folders(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """The folders that hold the code of ``packages`` (those installed)."""
+    folders = []
+    for package in packages:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        folders += [os.path.abspath(p) + os.sep
+                    for p in (spec.submodule_search_locations or []) if spec] if spec else []
+    return tuple(folders)
 
 
 def _qualname(code: CodeType) -> str:
@@ -209,9 +249,31 @@ def _codes_of(obj: Any) -> list[CodeType]:
     return [obj.__code__] if hasattr(obj, "__code__") else []
 
 
-# Switching the watch off is refused in every exercise.
+# Switching the watch off is refused in every exercise, and so is a thread that starts without
+# it (``threading.Thread`` passes the watch on to its thread; ``_thread`` does not).
 _SWITCHES = ("sys.setprofile", "sys.settrace", "threading.setprofile", "threading.settrace",
-             "torch._C._pop_torch_function_stack")
+             "torch._C._pop_torch_function_stack", "torch._C._pop_torch_dispatch_stack",
+             "_thread.start_new_thread", "_thread.start_joinable_thread", "_thread.start_new",
+             "concurrent.futures.ThreadPoolExecutor.submit",
+             "concurrent.futures.ProcessPoolExecutor.submit")
+
+# The operators under the framework's ready-made answers: refusing the answer refuses these too,
+# however they are reached (``torch.ops.aten._softmax``, ``F.softmin``, ``torch.group_norm``).
+_SOFTMAX_OPS = ("_softmax", "_safe_softmax", "softmax", "_log_softmax", "log_softmax",
+                "special_softmax", "special_log_softmax")
+_ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_flash_attention_for_cpu",
+                  "_scaled_dot_product_cudnn_attention",
+                  "_scaled_dot_product_fused_attention_overrideable")
+_NORM_OPS = ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm",
+             "native_group_norm", "instance_norm", "batch_norm", "native_batch_norm",
+             "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+             "_batch_norm_impl_index", "cudnn_batch_norm")
+_OPS = {"torch.softmax": _SOFTMAX_OPS, "torch.nn.functional.softmax": _SOFTMAX_OPS,
+        "torch.nn.functional.scaled_dot_product_attention": _ATTENTION_OPS,
+        "torch.nn.MultiheadAttention": _ATTENTION_OPS,
+        "torch.nn.functional.layer_norm": _NORM_OPS, "torch.nn.functional.rms_norm": _NORM_OPS}
 
 
 class _Guard(TorchFunctionMode):
@@ -222,6 +284,7 @@ class _Guard(TorchFunctionMode):
         self.refused_codes: dict[CodeType, str] = {}
         self.refused_torch: dict[int, str] = {}  # id of a torch callable -> its name
         self.refused_packages = tuple(n[:-2] for n in rules.refuse if n.endswith(".*"))
+        self.refused_folders = _package_folders(self.refused_packages)
         self.refused_builtins: dict[int, str] = {}
         for name in _SWITCHES:
             try:
@@ -241,6 +304,8 @@ class _Guard(TorchFunctionMode):
                 self.refused_torch[id(obj)] = name
                 self.refused_builtins[id(obj)] = name  # a direct call, even with modes off
                 obj = getattr(obj, "__wrapped__", None)
+        self.ops = {op: f"torch.ops.aten.{op}" for name in rules.refuse
+                    for op in _OPS.get(name, ())}
         self.switch_types = tuple(t for t in (getattr(torch._C, "DisableTorchFunction", None),
                                               getattr(torch._C, "DisableTorchFunctionSubclass",
                                                       None)) if isinstance(t, type))
@@ -255,8 +320,11 @@ class _Guard(TorchFunctionMode):
         """The name to refuse for a call into the library's ``frame``, or None."""
         module = frame.f_globals.get("__name__", "")
         qualname = _qualname(frame.f_code)
-        if qualname == "<module>" or frame.f_code in _GIVEN:  # an import; a checker's tool
+        if frame.f_code in _GIVEN:  # a checker's tool
             return None
+        if qualname == "<module>" and getattr(getattr(sys.modules.get(module), "__spec__", None),
+                                              "_initializing", False):
+            return None  # the module's own code, while it is imported
         parts = [p for p in qualname.split(".") if p != "<locals>"]
         owner = frame.f_locals.get("self") if frame.f_code.co_argcount else None
         if frame.f_code.co_filename.startswith("<") and owner is not None:
@@ -300,7 +368,8 @@ class _Guard(TorchFunctionMode):
             name = self.refused_codes.get(code)
             if name is None and self.refused_packages:
                 module = frame.f_globals.get("__name__", "")
-                if module.startswith(self.refused_packages):
+                if module.startswith(self.refused_packages) or (
+                        self.refused_folders and code.co_filename.startswith(self.refused_folders)):
                     name = f"{module}.{_qualname(code)}"
         else:
             return
@@ -314,7 +383,35 @@ class _Guard(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-_HOOKS = frozenset(_codes_of(_Guard))
+class _OpWatch(TorchDispatchMode):
+    """Sees every operator that runs, however the Python code reached it, and refuses those
+    under a refused answer when the student's code asked for them."""
+
+    def __init__(self, watcher: _Guard):
+        super().__init__()
+        self.watcher = watcher
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = self.watcher.ops.get(func.overloadpacket.__name__)
+        if name is not None and _caller(sys._getframe(1), (_FRAMEWORK, _GUARD)) == _STUDENT:
+            self.watcher._refuse(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _fingerprint() -> tuple:
+    """What a submission must not change while it runs: the guard's classes and functions, and
+    every checker module's rules."""
+    state = [(key, id(value)) for key, value in sorted(vars(sys.modules[__name__]).items())]
+    state += [(key, id(value)) for kind in (_Guard, _OpWatch) for key, value in
+              sorted(vars(kind).items())]
+    for name, module in sorted(sys.modules.items()):
+        if name.startswith(_CHECKS + ".") and isinstance(getattr(module, "RULES", None), dict):
+            state.append((name, id(module.RULES), tuple(sorted(
+                (key, id(value)) for key, value in module.RULES.items()))))
+    return tuple(state)
+
+
+_HOOKS = frozenset(_codes_of(_Guard)) | frozenset(_codes_of(_OpWatch))
 
 
 @contextmanager
@@ -326,18 +423,22 @@ def guard(rules: Rules) -> Iterator[_Guard]:
         _FRAMEWORK_DIRS = folders
         _kinds.clear()
     watcher = _Guard(rules)
+    ops = _OpWatch(watcher) if watcher.ops else contextlib.nullcontext()
+    before = _fingerprint()
     previous = sys.getprofile()
     previous_thread = threading.getprofile() if hasattr(threading, "getprofile") else None
     sys.setprofile(watcher.profile)
     threading.setprofile(watcher.profile)
     try:
-        with watcher:
+        with watcher, ops:
             yield watcher
             if sys.getprofile() != watcher.profile and not watcher.refusals:
                 watcher.refusals.append("sys.setprofile")  # switched off some other way
     finally:
         sys.setprofile(previous)
         threading.setprofile(previous_thread)
+    if _fingerprint() != before and not watcher.refusals:
+        watcher.refusals.append(f"{_CHECKS} (its code or rules changed)")
 
 
 _HOOKS |= {guard.__wrapped__.__code__}  # its generator, resumed when the block ends
