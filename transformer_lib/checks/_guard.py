@@ -366,6 +366,10 @@ class _Guard(TorchFunctionMode):
         elif kind == _FRAMEWORK:
             code = frame.f_code
             name = self.refused_codes.get(code)
+            if name is None and code in _OP_CALLS and self.ops:  # torch.ops.aten.<op>(...)
+                op = frame.f_locals.get("self")
+                packet = getattr(op, "_overloadpacket", op)
+                name = self.ops.get(getattr(packet, "__name__", ""))
             if name is None and self.refused_packages:
                 module = frame.f_globals.get("__name__", "")
                 if module.startswith(self.refused_packages) or (
@@ -398,20 +402,46 @@ class _OpWatch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _fingerprint() -> tuple:
-    """What a submission must not change while it runs: the guard's classes and functions, and
-    every checker module's rules."""
-    state = [(key, id(value)) for key, value in sorted(vars(sys.modules[__name__]).items())]
-    state += [(key, id(value)) for kind in (_Guard, _OpWatch) for key, value in
-              sorted(vars(kind).items())]
+def _snapshot() -> list[tuple[Any, dict]]:
+    """What a submission must not change while it runs, with copies of it: the namespaces of
+    this module and of its watchers, and every checker module's ``RULES``."""
+    spaces: list[tuple[Any, dict]] = [(sys.modules[__name__], dict(vars(sys.modules[__name__])))]
+    spaces += [(kind, dict(vars(kind))) for kind in (_Guard, _OpWatch)]
     for name, module in sorted(sys.modules.items()):
-        if name.startswith(_CHECKS + ".") and isinstance(getattr(module, "RULES", None), dict):
-            state.append((name, id(module.RULES), tuple(sorted(
-                (key, id(value)) for key, value in module.RULES.items()))))
-    return tuple(state)
+        rules = getattr(module, "RULES", None) if name.startswith(_CHECKS + ".") else None
+        if isinstance(rules, dict):
+            spaces += [(module, {"RULES": rules}), (rules, dict(rules))]
+    return spaces
+
+
+def _restore(snapshot: list[tuple[Any, dict]]) -> bool:
+    """Put back what changed since ``snapshot``; whether anything had. A checker module's
+    entry holds only its ``RULES``: its other names are left alone."""
+    changed = False
+    for owner, saved in snapshot:
+        current = owner if isinstance(owner, dict) else vars(owner)
+        whole = isinstance(owner, (dict, type)) or owner is sys.modules[__name__]
+        added = set(current) - set(saved) if whole else set()
+        if not added and all(k in current and current[k] is v for k, v in saved.items()):
+            continue
+        changed = True
+        if isinstance(owner, dict):
+            owner.clear()
+            owner.update(saved)
+            continue
+        for key in added:
+            delattr(owner, key)
+        for key, value in saved.items():
+            if current.get(key) is not value:
+                setattr(owner, key, value)
+    return changed
 
 
 _HOOKS = frozenset(_codes_of(_Guard)) | frozenset(_codes_of(_OpWatch))
+# Calling an operator by name, ``torch.ops.aten.rms_norm(...)``: seen here even when the
+# operator is made of others by the time it reaches the dispatcher.
+_OP_CALLS = frozenset(_codes_of(torch._ops.OpOverloadPacket.__call__)
+                      + _codes_of(torch._ops.OpOverload.__call__))
 
 
 @contextmanager
@@ -424,7 +454,7 @@ def guard(rules: Rules) -> Iterator[_Guard]:
         _kinds.clear()
     watcher = _Guard(rules)
     ops = _OpWatch(watcher) if watcher.ops else contextlib.nullcontext()
-    before = _fingerprint()
+    before = _snapshot()
     previous = sys.getprofile()
     previous_thread = threading.getprofile() if hasattr(threading, "getprofile") else None
     sys.setprofile(watcher.profile)
@@ -437,7 +467,7 @@ def guard(rules: Rules) -> Iterator[_Guard]:
     finally:
         sys.setprofile(previous)
         threading.setprofile(previous_thread)
-    if _fingerprint() != before and not watcher.refusals:
+    if _restore(before):
         watcher.refusals.append(f"{_CHECKS} (its code or rules changed)")
 
 

@@ -14,8 +14,9 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from transformer_lib.checks._guard import Rules
+from transformer_lib.checks._guard import Rules, given
 from transformer_lib.checks._harness import (
     CheckResult,
     _call,
@@ -254,6 +255,14 @@ def _bigram_model(V: int, seed: int) -> nn.Module:
         return nn.Sequential(nn.Embedding(V, 16), nn.Linear(16, V))
 
 
+def _cycle_loss(model: nn.Module, V: int) -> float:
+    """The model's mean cross-entropy on the text :func:`_cycle` makes: each token followed
+    by the next."""
+    with torch.no_grad():
+        logits = model(torch.arange(V)[None])[0]  # (V, V)
+    return F.cross_entropy(logits, (torch.arange(V) + 1) % V).item()
+
+
 def _import_the_optimizers() -> None:
     """Take one step of AdamW outside the guard: PyTorch imports much of itself (its compiler,
     SymPy) on an optimizer's first step, which under the guard's watch takes seconds."""
@@ -289,7 +298,21 @@ def check_train_lm(train_lm: Callable[..., list]) -> CheckResult:
     def train(n: int, seed: int) -> tuple[nn.Module, list[float]]:
         model = _bigram_model(V, seed=1)
         start = [p.detach().clone() for p in model.parameters()]
-        losses = _call(train_lm, [model, ids, n, 8, 16, 0.1, seed], names)
+        before = _cycle_loss(model, V)
+        steps_taken = []
+
+        @given
+        def count(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            if isinstance(optimizer, torch.optim.AdamW) and held >= {
+                    id(p) for p in model.parameters()}:
+                steps_taken.append(1)
+
+        hook = register_optimizer_step_post_hook(count)
+        try:
+            losses = _call(train_lm, [model, ids, n, 8, 16, 0.1, seed], names)
+        finally:
+            hook.remove()
         if not isinstance(losses, (list, tuple)) or len(losses) != n:
             raise _Failure(f"returned {_describe(losses)}, not a list of {n} losses (one per "
                            "step)", "append `loss.item()` to a list at every step and return it")
@@ -300,6 +323,15 @@ def check_train_lm(train_lm: Callable[..., list]) -> CheckResult:
             raise _Failure("the model's weights did not change",
                            "build the optimizer on model.parameters() and call "
                            "optimizer.step() after loss.backward()")
+        if len(steps_taken) != n:
+            raise _Failure(f"torch.optim.AdamW over the model's parameters took "
+                           f"{len(steps_taken)} steps, not {n}",
+                           "build one torch.optim.AdamW(model.parameters(), lr=lr) and call "
+                           "its step() once per training step")
+        if abs(losses[0] - before) > 0.3:
+            raise _Failure(f"the first loss is {losses[0]:.2f}, but the untrained model's "
+                           f"loss on this text is {before:.2f}",
+                           "return the loss each step computed, before its update")
         return model, list(losses)
 
     def falls() -> None:
