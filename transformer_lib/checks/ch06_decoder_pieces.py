@@ -2,13 +2,10 @@
 learner where the chapter builds it: the SwiGLU feed-forward network, the pre-norm decoder
 block, and the whole decoder-only model from its weights.
 
-The references here are written out independently of the library, in float64, from the
-weights alone: RMSNorm as ``x / sqrt(mean(x²) + eps) · g``, RoPE with tables computed here
-(split-half pairing), the key/value heads repeated in place, the scores scaled by 1/√D and
-masked causally, SwiGLU as ``(SiLU(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ``. The weights are given as
-the library's ``Decoder(config).state_dict()`` names them, so the whole model's reference
-equals the library's :class:`~transformer_lib.decoder.Decoder` with those weights loaded
-(``tests/test_checks_ch06.py``)."""
+The references are written out independently of the library, in float64, from weights named
+as in the library's ``Decoder(config).state_dict()`` (RMSNorm, split-half RoPE with tables
+computed here, key/value heads repeated in place, causal scores scaled by 1/√D, SwiGLU); the
+whole model's equals :class:`~transformer_lib.decoder.Decoder` with those weights loaded."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -28,29 +25,21 @@ from transformer_lib.checks._harness import (
 from transformer_lib.decoder import DecoderConfig
 
 # The framework's ready-made pieces of a decoder block.
-_READY_MADE = ("torch.nn.functional.scaled_dot_product_attention",
-               "torch.nn.functional.rms_norm", "torch.nn.RMSNorm",
-               "torch.nn.MultiheadAttention", "transformers.*")
+_READY_MADE = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.rms_norm",
+               "torch.nn.RMSNorm", "torch.nn.MultiheadAttention", "transformers.*")
+_PIECES = ("rms_norm", "apply_rope", "scaled_dot_product_attention")  # chapters 4, 5 and 1
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
 RULES = {
     "swiglu": Rules(refuse=("transformers.*",)),
-    "decoder_block": Rules(allow=("rms_norm", "apply_rope", "scaled_dot_product_attention"),
-                           refuse=_READY_MADE),
-    "decoder_logits": Rules(allow=("rms_norm", "apply_rope", "scaled_dot_product_attention"),
-                            refuse=_READY_MADE),
+    "decoder_block": Rules(allow=_PIECES, refuse=_READY_MADE),
+    "decoder_logits": Rules(allow=_PIECES, refuse=_READY_MADE),
 }
 
 # The config handed to the student's function is read, not run; its one derived size, the
 # head dim, is a property, which the student's code may read too.
 given(DecoderConfig.head_dim.fget)
-
-#: The tensors of one block, under the names of ``Decoder(config).layers[i].state_dict()``.
-BLOCK_KEYS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-              "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-              "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-              "mlp.down_proj.weight")
 
 _TOL = dict(atol=1e-4, rtol=1e-4)  # float32 work against a float64 reference
 
@@ -107,8 +96,7 @@ def _attend(h: Tensor, w: dict[str, Tensor], cos: Tensor, sin: Tensor, H: int, H
             rope: str = "qk", mask: bool = True, scale: str = "sqrt", heads: str = "interleave",
             pairing: str = "half") -> Tensor:
     """Causal grouped-query self-attention of ``h`` ``(B, T, C)``, and its mistakes."""
-    B, T, C = h.shape
-    D = C // H
+    (B, T, C), D = h.shape, h.shape[-1] // H
 
     def split(name: str, n: int) -> Tensor:  # (B, n, T, D)
         return (h @ w[f"self_attn.{name}.weight"].T).view(B, T, n, D).transpose(1, 2)
@@ -117,15 +105,12 @@ def _attend(h: Tensor, w: dict[str, Tensor], cos: Tensor, sin: Tensor, H: int, H
     q = _turn(q, cos, sin, pairing) if rope != "none" else q
     k = _turn(k, cos, sin, pairing) if rope in ("qk", "qkv") else k
     v = _turn(v, cos, sin, pairing) if rope == "qkv" else v
-    rep = H // H_kv
-    if heads == "interleave":  # query head h reads key/value head h // rep
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    else:  # the whole set again: query head h reads key/value head h % H_kv
-        k, v = k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1)
+    rep = H // H_kv  # interleave: query head h reads key/value head h // rep; tile: h % H_kv
+    k, v = (t.repeat_interleave(rep, dim=1) if heads == "interleave" else t.repeat(1, rep, 1, 1)
+            for t in (k, v))
     scores = q @ k.transpose(-2, -1) * (D ** -0.5 if scale == "sqrt" else 1.0 / D)
-    if mask:
-        visible = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
-        scores = scores.masked_fill(~visible, float("-inf"))
+    if mask:  # (T, T), causal
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
     weights = (scores - scores.amax(-1, keepdim=True)).exp()
     weights = weights / weights.sum(-1, keepdim=True)  # (B, H, T, T)
     out = (weights @ v).transpose(1, 2).reshape(B, T, C)
@@ -136,15 +121,13 @@ def _block(x: Tensor, weights: dict[str, Tensor], cos: Tensor, sin: Tensor, H: i
            H_kv: int, eps: float, *, norm: str = "pre", residual: str = "both",
            norms: str = "in order", ffn: dict[str, Any] | None = None, **attention: Any
            ) -> Tensor:
-    """One pre-norm decoder block in float64 (the defaults) and its mistakes: post-norm
-    (``norm="post"``), a residual left out (``residual="attn"`` or ``"ffn"``), the two norm
-    weights swapped (``norms``), a wrong feed-forward network (``ffn``: :func:`_swiglu`'s
-    keywords) and :func:`_attend`'s mistakes (``attention``)."""
+    """One pre-norm decoder block in float64 (the defaults) and its mistakes: post-norm, a
+    residual left out (``"attn"``, ``"ffn"``), the norm weights swapped, a wrong feed-forward
+    network (``ffn``: :func:`_swiglu`'s keywords), :func:`_attend`'s mistakes."""
     w = {k: t.double() for k, t in weights.items()}
     x, cos, sin = x.double(), cos.double(), sin.double()
-    n1, n2 = w["input_layernorm.weight"], w["post_attention_layernorm.weight"]
-    if norms == "swapped":
-        n1, n2 = n2, n1
+    n1, n2 = (w["input_layernorm.weight"], w["post_attention_layernorm.weight"])[
+        :: -1 if norms == "swapped" else 1]
 
     def attend(h: Tensor) -> Tensor:
         return _attend(h, w, cos, sin, H, H_kv, **attention)
@@ -202,17 +185,14 @@ def _block_weights(config: DecoderConfig, g: torch.Generator) -> dict[str, Tenso
     ``Decoder(config).layers[i].state_dict()``, in its order."""
     C, F = config.d_model, config.d_ff
     Q, KV = config.n_heads * (C // config.n_heads), config.n_kv_heads * (C // config.n_heads)
-    return {
-        "input_layernorm.weight": _norm_weight(C, g),
-        "self_attn.q_proj.weight": _matrix(Q, C, g, 1.5),
-        "self_attn.k_proj.weight": _matrix(KV, C, g, 1.5),
-        "self_attn.v_proj.weight": _matrix(KV, C, g),
-        "self_attn.o_proj.weight": _matrix(C, Q, g),
-        "post_attention_layernorm.weight": _norm_weight(C, g),
-        "mlp.gate_proj.weight": _matrix(F, C, g, 1.5),
-        "mlp.up_proj.weight": _matrix(F, C, g),
-        "mlp.down_proj.weight": _matrix(C, F, g),
-    }
+    return {"input_layernorm.weight": _norm_weight(C, g),
+            "self_attn.q_proj.weight": _matrix(Q, C, g, 1.5),
+            "self_attn.k_proj.weight": _matrix(KV, C, g, 1.5),
+            "self_attn.v_proj.weight": _matrix(KV, C, g),
+            "self_attn.o_proj.weight": _matrix(C, Q, g),
+            "post_attention_layernorm.weight": _norm_weight(C, g),
+            "mlp.gate_proj.weight": _matrix(F, C, g, 1.5), "mlp.up_proj.weight": _matrix(F, C, g),
+            "mlp.down_proj.weight": _matrix(C, F, g)}
 
 
 def _model_weights(config: DecoderConfig, g: torch.Generator, embed_std: float = 1.0
@@ -239,16 +219,16 @@ def _unchanged(weights: dict[str, Tensor], kept: dict[str, Tensor]) -> None:
 # SwiGLU -----------------------------------------------------------------------------------------
 
 _SWIGLU_MISTAKES = [
-    (dict(on="up"), "SiLU went on the up projection: it belongs on the gate, "
-                    "SiLU(x w_gateᵀ) ⊙ (x w_upᵀ); the two matrices are not interchangeable"),
+    (dict(on="up"), "SiLU went on the up projection: it belongs on the gate, SiLU(x w_gateᵀ) "
+     "⊙ (x w_upᵀ); the two matrices are not interchangeable"),
     (dict(act="relu"), "this is ReLU: SwiGLU's activation is SiLU, t · sigmoid(t) "
-                       "(torch.nn.functional.silu), smooth and negative for negative t"),
+     "(torch.nn.functional.silu), smooth and negative for negative t"),
     (dict(act="gelu"), "this is GELU (GeGLU): SwiGLU's activation is SiLU, t · sigmoid(t)"),
     (dict(act="sigmoid"), "this is a sigmoid gate (the original GLU): SwiGLU's gate is SiLU, "
-                          "t · sigmoid(t), not sigmoid(t)"),
+     "t · sigmoid(t), not sigmoid(t)"),
     (dict(act="none"), "no activation: the gate goes through SiLU before the product"),
     (dict(up=False), "the up projection is missing: multiply SiLU(x w_gateᵀ) entry by entry "
-                     "with x w_upᵀ before w_down"),
+     "with x w_upᵀ before w_down"),
 ]
 
 
@@ -271,9 +251,8 @@ def check_swiglu(swiglu: Callable[..., Tensor]) -> CheckResult:
     def case(shape: tuple[int, ...], F: int) -> Callable[[], None]:
         def run() -> None:
             C = shape[-1]
-            x = torch.randn(*shape, generator=g)
-            w_gate, w_up, w_down = _matrix(F, C, g, 1.5), _matrix(F, C, g), _matrix(C, F, g)
-            args = [x, w_gate, w_up, w_down]
+            args = [torch.randn(*shape, generator=g), _matrix(F, C, g, 1.5), _matrix(F, C, g),
+                    _matrix(C, F, g)]  # x, w_gate, w_up, w_down
             got = _call(swiglu, args, names)
             want = _swiglu(*args)
             wrong = [(_swiglu(*args, **kw), hint) for kw, hint in _SWIGLU_MISTAKES]
@@ -296,51 +275,41 @@ def check_swiglu(swiglu: Callable[..., Tensor]) -> CheckResult:
 def _block_mistakes(config: DecoderConfig, T: int) -> list[tuple[dict[str, Any], str]]:
     """The usual mistakes of a block, with their hints (those that cannot differ from the
     reference on this case are left out)."""
-    H, H_kv, D = config.n_heads, config.n_kv_heads, config.d_model // config.n_heads
-    found: list[tuple[dict[str, Any], str]] = [
-        (dict(norm="post"), "this is post-norm, the 2017 order: normalise the input of each "
-                            "sublayer and add its output to the stream, h = x + "
-                            "Attn(RMSNorm₁(x)), out = h + SwiGLU(RMSNorm₂(h))"),
-        (dict(residual="attn"), "the attention's residual is missing: h = x + "
-                                "Attn(RMSNorm₁(x)), the input added back"),
-        (dict(residual="ffn"), "the feed-forward residual is missing: out = h + "
-                               "SwiGLU(RMSNorm₂(h))"),
-        (dict(norms="swapped"), "the two norms are swapped: input_layernorm.weight goes "
-                                "before the attention, post_attention_layernorm.weight "
-                                "before the feed-forward network"),
-        (dict(ffn=dict(on="up")), "the feed-forward network put SiLU on the up projection: "
-                                  "fix `swiglu` first (check_swiglu)"),
-        (dict(ffn=dict(act="relu")), "the feed-forward network used ReLU, not SiLU: fix "
-                                     "`swiglu` first (check_swiglu)"),
-        (dict(scale="d"), f"the scores were divided by D = {D}, not √D: `attention` already "
-                          "divides by √D, so do not scale q or k yourself as well"),
-        (dict(pairing="interleaved"), "that is the interleaved RoPE pairing (2i with 2i + 1): "
-                                      "this model pairs channel i with i + D/2, as `rope_half` "
-                                      "does"),
+    H, H_kv, D, eps = config.n_heads, config.n_kv_heads, config.head_dim, config.norm_eps
+    table: list[tuple[bool, dict[str, Any], str]] = [
+        (True, dict(norm="post"), "this is post-norm, the 2017 order: normalise the input of "
+         "each sublayer and add its output to the stream, h = x + Attn(RMSNorm₁(x)), out = h + "
+         "SwiGLU(RMSNorm₂(h))"),
+        (True, dict(residual="attn"), "the attention's residual is missing: h = x + "
+         "Attn(RMSNorm₁(x)), the input added back"),
+        (True, dict(residual="ffn"), "the feed-forward residual is missing: out = h + "
+         "SwiGLU(RMSNorm₂(h))"),
+        (True, dict(norms="swapped"), "the two norms are swapped: input_layernorm.weight goes "
+         "before the attention, post_attention_layernorm.weight before the feed-forward network"),
+        (True, dict(ffn=dict(on="up")), "the feed-forward network put SiLU on the up "
+         "projection: fix `swiglu` first (check_swiglu)"),
+        (True, dict(ffn=dict(act="relu")), "the feed-forward network used ReLU, not SiLU: fix "
+         "`swiglu` first (check_swiglu)"),
+        (True, dict(scale="d"), f"the scores were divided by D = {D}, not √D: `attention` "
+         "already divides by √D, so do not scale q or k yourself as well"),
+        (True, dict(pairing="interleaved"), "that is the interleaved RoPE pairing (2i with "
+         "2i + 1): this model pairs channel i with i + D/2, as `rope_half` does"),
+        (eps != 1e-6, dict(eps=1e-6), f"the norms ignored config.norm_eps ({eps:g}) and used "
+         "1e-6: pass it to rms_norm"),
+        (T > 1, dict(rope="qkv"), "the values were turned by RoPE too: it turns the queries "
+         "and the keys only, whose dot product then depends on the distance"),
+        (T > 1, dict(rope="q"), "the keys were not turned: RoPE turns both the queries and the "
+         "keys, by the angles of their own positions"),
+        (T > 1, dict(rope="none"), "no RoPE: turn the queries and the keys with "
+         "rope_half(…, cos, sin) after splitting the heads"),
+        (T > 1, dict(mask=False), "no causal mask: position i may attend to positions 0 … i "
+         "only; pass a (T, T) lower-triangular boolean mask (True = may attend) to `attention`"),
+        (1 < H_kv < H, dict(heads="tile"), "the key/value heads were repeated in the wrong "
+         "order: query head h reads key/value head h // (H / H_kv), so repeat each in place "
+         "(repeat_interleave: kv0, kv0, kv1, kv1), not the whole set (repeat: kv0, kv1, kv0, "
+         "kv1)"),
     ]
-    if config.norm_eps != 1e-6:
-        found.append((dict(eps=1e-6), f"the norms ignored config.norm_eps "
-                                      f"({config.norm_eps:g}) and used 1e-6: pass it to "
-                                      "rms_norm"))
-    if T > 1:
-        found += [
-            (dict(rope="qkv"), "the values were turned by RoPE too: it turns the queries and "
-                               "the keys only, whose dot product then depends on the distance"),
-            (dict(rope="q"), "the keys were not turned: RoPE turns both the queries and the "
-                             "keys, by the angles of their own positions"),
-            (dict(rope="none"), "no RoPE: turn the queries and the keys with "
-                                "rope_half(…, cos, sin) after splitting the heads"),
-            (dict(mask=False), "no causal mask: position i may attend to positions 0 … i "
-                               "only; pass a (T, T) lower-triangular boolean mask (True = "
-                               "may attend) to `attention`"),
-        ]
-    if 1 < H_kv < H:
-        found.append((dict(heads="tile"), "the key/value heads were repeated in the wrong "
-                                          "order: query head h reads key/value head "
-                                          "h // (H / H_kv), so repeat each in place "
-                                          "(repeat_interleave: kv0, kv0, kv1, kv1), not the "
-                                          "whole set (repeat: kv0, kv1, kv0, kv1)"))
-    return found
+    return [(kw, hint) for differs, kw, hint in table if differs]
 
 
 def _config(**sizes: Any) -> DecoderConfig:
@@ -379,11 +348,8 @@ def check_decoder_block(decoder_block: Callable[..., Tensor]) -> CheckResult:
             got = _call(decoder_block, [x, weights, cos, sin, config], names)
             _unchanged(weights, kept)
             want = _block(x, weights, cos, sin, H, H_kv, eps).float()
-            wrong = []
-            for kw, hint in _block_mistakes(config, T):
-                kw = dict(kw)
-                wrong.append((_block(x, weights, cos, sin, H, H_kv, kw.pop("eps", eps), **kw),
-                              hint))
+            wrong = [(_block(x, weights, cos, sin, H, H_kv, **{"eps": eps, **kw}), hint)
+                     for kw, hint in _block_mistakes(config, T)]
             _compare(got, want, "the output", letters="(B, T, C)",
                      axes=("batch", "position", "channel"), mistakes=wrong, **_TOL)
         return run
@@ -406,43 +372,31 @@ def check_decoder_block(decoder_block: Callable[..., Tensor]) -> CheckResult:
 
 def _logits_mistakes(config: DecoderConfig, T: int) -> list[tuple[dict[str, Any], str]]:
     """The usual mistakes of the whole model, with their hints."""
-    c = config
-    found: list[tuple[dict[str, Any], str]] = [
-        (dict(final_norm=False), "the final norm is missing: after the last block comes "
-                                 "RMSNorm with norm.weight, then lm_head"),
-        (dict(probs=True), "these are probabilities: return the logits, the output of "
-                           "lm_head, without a softmax"),
+    c, eps = config, config.norm_eps
+    table: list[tuple[bool, dict[str, Any], str]] = [
+        (True, dict(final_norm=False), "the final norm is missing: after the last block comes "
+         "RMSNorm with norm.weight, then lm_head"),
+        (True, dict(probs=True), "these are probabilities: return the logits, the output of "
+         "lm_head, without a softmax"),
+        (c.n_layers > 1, dict(same_layer=True), "every layer ran with the weights of layer 0: "
+         "block i reads the keys 'layers.{i}.…'"),
+        (not c.tie_embeddings, dict(head="embed"), "the output layer is lm_head.weight: with "
+         "tie_embeddings False it is a matrix of its own, not embed_tokens.weight"),
+        (eps != 1e-6, dict(final_eps=1e-6), f"the final norm ignored config.norm_eps ({eps:g}) "
+         "and used 1e-6"),
+        (eps != 1e-6, dict(eps=1e-6), f"the norms ignored config.norm_eps ({eps:g}) and used "
+         "1e-6: pass it to every rms_norm"),
+        (eps != 1e-6, dict(eps=1e-6, final_eps=eps), f"the blocks ignored config.norm_eps "
+         f"({eps:g}) and used 1e-6: run check_decoder_block first"),
+        (T > 1 and c.rope_theta != 10000.0, dict(theta=10000.0), "the RoPE tables used the "
+         f"base 10000: this model's is config.rope_theta = {c.rope_theta:g}"),
+        (T > 1, dict(freq="i/D"), "pair i of the RoPE tables turns by θ^(−2i/D) per position, "
+         "i = 0 … D/2 − 1, with D the head size"),
+        (T > 1, dict(pairing="interleaved"), "that is the interleaved RoPE pairing: this model "
+         "pairs channel i with i + D/2"),
+        (T > 1, dict(mask=False), "no causal mask in the blocks: run check_decoder_block first"),
     ]
-    if c.n_layers > 1:
-        found.append((dict(same_layer=True), "every layer ran with the weights of layer 0: "
-                                             "block i reads the keys 'layers.{i}.…'"))
-    if not c.tie_embeddings:
-        found.append((dict(head="embed"), "the output layer is lm_head.weight: with "
-                                          "tie_embeddings False it is a matrix of its own, "
-                                          "not embed_tokens.weight"))
-    if c.norm_eps != 1e-6:
-        found += [
-            (dict(final_eps=1e-6), f"the final norm ignored config.norm_eps "
-                                   f"({c.norm_eps:g}) and used 1e-6"),
-            (dict(eps=1e-6), f"the norms ignored config.norm_eps ({c.norm_eps:g}) and used "
-                             "1e-6: pass it to every rms_norm"),
-            (dict(eps=1e-6, final_eps=c.norm_eps),
-             f"the blocks ignored config.norm_eps ({c.norm_eps:g}) and used 1e-6: run "
-             "check_decoder_block first"),
-        ]
-    if T > 1:
-        if c.rope_theta != 10000.0:
-            found.append((dict(theta=10000.0), f"the RoPE tables used the base 10000: this "
-                                               f"model's is config.rope_theta = "
-                                               f"{c.rope_theta:g}"))
-        found += [
-            (dict(freq="i/D"), "pair i of the RoPE tables turns by θ^(−2i/D) per position, "
-                               "i = 0 … D/2 − 1, with D the head size"),
-            (dict(pairing="interleaved"), "that is the interleaved RoPE pairing: this model "
-                                          "pairs channel i with i + D/2"),
-            (dict(mask=False), "no causal mask in the blocks: run check_decoder_block first"),
-        ]
-    return found
+    return [(kw, hint) for differs, kw, hint in table if differs]
 
 
 def check_decoder_logits(decoder_logits: Callable[..., Tensor]) -> CheckResult:
