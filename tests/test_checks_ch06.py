@@ -1,7 +1,9 @@
-"""Chapter 6's checkers (``transformer_lib/checks/ch06_modern_decoder.py``) name the usual
-mistakes in words a student can act on; the reference of the QK-norm exercise is Hugging
-Face's Qwen3 attention (norms of D weights) and OLMo 2 attention (norms of H·D weights). The
-contract every checker keeps is in ``test_checks_contract.py``."""
+"""Chapter 6's checkers (``transformer_lib/checks/ch06_decoder_pieces.py``, the core, and
+``ch06_modern_decoder.py``) name the usual mistakes in words a student can act on; the
+reference of the whole decoder is the library's ``Decoder`` with the same weights loaded, and
+the reference of the QK-norm exercise is Hugging Face's Qwen3 attention (norms of D weights)
+and OLMo 2 attention (norms of H·D weights). The contract every checker keeps is in
+``test_checks_contract.py``."""
 from __future__ import annotations
 
 import math
@@ -16,13 +18,24 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
 )
 from transformer_lib.checks import (
+    ch06_decoder_pieces,
     ch06_modern_decoder,
+    check_decoder_block,
+    check_decoder_logits,
     check_decoder_param_count,
     check_gqa_to_mha,
     check_qk_norm_attention,
+    check_swiglu,
+)
+from transformer_lib.checks.ch06_decoder_pieces import (
+    _block_weights,
+    _config,
+    _logits,
+    _model_weights,
 )
 from transformer_lib.checks.ch06_modern_decoder import _qk_norm_attention
-from transformer_lib.norms import RMSNorm
+from transformer_lib.decoder import Decoder, DecoderConfig
+from transformer_lib.norms import RMSNorm, rms_norm
 from transformer_lib.positional import apply_rope, rope_cos_sin
 
 from chapter_solutions import references
@@ -245,3 +258,209 @@ def test_qk_norm_reference_with_whole_width_norms_equals_hugging_face_olmo2_atte
     ledger.check("QK-norm attention, whole-width norms", ledger.hf("Olmo2Attention"), got,
                  expected, tol=1e-5)
     assert (per_head - expected).abs().max().item() > 1e-3
+
+
+# The core: SwiGLU, the decoder block, the whole decoder ---------------------------------------
+
+swiglu, decoder_block, decoder_logits = references(
+    "06_modern_decoder", "swiglu", "decoder_block", "decoder_logits")
+
+_ACT = {"silu": torch.nn.functional.silu, "relu": torch.relu,
+        "gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid, "none": lambda t: t}
+
+
+def swiglu_wrong(act="silu", on="gate", up=True, hidden=False):
+    """A SwiGLU as a student might write it, with one mistake."""
+    def wrong(x, w_gate, w_up, w_down):
+        gate, lifted = x @ w_gate.T, x @ w_up.T
+        if on == "up":
+            gate, lifted = lifted, gate
+        h = _ACT[act](gate) * (lifted if up else 1.0)  # (..., F)
+        return h if hidden else h @ w_down.T
+    return wrong
+
+
+def block_wrong(norm="pre", residual="both", norms="in order", ffn=swiglu, rope="qk",
+                mask=True, prescale=False, heads="interleave", eps=None, pairing="half"):
+    """A decoder block as a student might write it (the library's pieces, as the chapter
+    binds them), with one mistake."""
+    def wrong(x, weights, cos, sin, config):
+        B, T, C = x.shape
+        H, H_kv = config.n_heads, config.n_kv_heads
+        D = C // H
+        e = config.norm_eps if eps is None else eps
+        n1, n2 = weights["input_layernorm.weight"], weights["post_attention_layernorm.weight"]
+        if norms == "swapped":
+            n1, n2 = n2, n1
+
+        def turn(t):
+            return apply_rope(t, cos, sin, pairing=pairing)
+
+        def attend(h):
+            def split(name, n):
+                return (h @ weights[f"self_attn.{name}.weight"].T).view(B, T, n, D).transpose(1, 2)
+            q, k, v = split("q_proj", H), split("k_proj", H_kv), split("v_proj", H_kv)
+            if rope != "none":
+                q = turn(q)
+            if rope in ("qk", "qkv"):
+                k = turn(k)
+            if rope == "qkv":
+                v = turn(v)
+            if prescale:
+                q = q / math.sqrt(D)
+            if heads == "interleave":
+                k, v = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
+            else:
+                k, v = k.repeat(1, H // H_kv, 1, 1), v.repeat(1, H // H_kv, 1, 1)
+            causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
+            out, _ = scaled_dot_product_attention(q, k, v, causal if mask else None)
+            return out.transpose(1, 2).reshape(B, T, C) @ weights["self_attn.o_proj.weight"].T
+
+        def mlp(h):
+            return ffn(h, weights["mlp.gate_proj.weight"], weights["mlp.up_proj.weight"],
+                       weights["mlp.down_proj.weight"])
+
+        if norm == "post":
+            h = rms_norm(x + attend(x), n1, e)
+            return rms_norm(h + mlp(h), n2, e)
+        h = (0 if residual == "attn" else x) + attend(rms_norm(x, n1, e))
+        return (0 if residual == "ffn" else h) + mlp(rms_norm(h, n2, e))
+    return wrong
+
+
+def logits_wrong(theta=None, freq="2i/D", final_norm=True, final_eps=None,
+                 head="lm_head", same_layer=False, probs=False, block=decoder_block):
+    """A whole decoder as a student might write it, with one mistake."""
+    def wrong(tokens, weights, config):
+        T, D = tokens.shape[1], config.d_model // config.n_heads
+        i = torch.arange(D // 2, dtype=torch.float64)
+        inv_freq = (config.rope_theta if theta is None else theta) ** (
+            -(2 * i if freq == "2i/D" else i) / D)
+        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq
+        cos, sin = angles.cos().float(), angles.sin().float()
+        x = weights["embed_tokens.weight"][tokens]
+        for n in range(config.n_layers):
+            prefix = "layers.0." if same_layer else f"layers.{n}."
+            layer = {k[len(prefix):]: w for k, w in weights.items() if k.startswith(prefix)}
+            x = block(x, layer, cos, sin, config)
+        if final_norm:
+            x = rms_norm(x, weights["norm.weight"],
+                         config.norm_eps if final_eps is None else final_eps)
+        out = x @ weights["lm_head.weight" if head == "lm_head" else "embed_tokens.weight"].T
+        return out.softmax(-1) if probs else out
+    return wrong
+
+
+def scribbles_on_the_weights(tokens, weights, config):
+    weights["norm.weight"].mul_(2.0)
+    return decoder_logits(tokens, weights, config)
+
+
+CORE_WRONG = [
+    (check_swiglu, swiglu_wrong(on="up"), ["0 of 3 checks passed", "SiLU went on the up"]),
+    (check_swiglu, swiglu_wrong(act="relu"), ["this is ReLU"]),
+    (check_swiglu, swiglu_wrong(act="gelu"), ["this is GELU (GeGLU)"]),
+    (check_swiglu, swiglu_wrong(act="sigmoid"), ["a sigmoid gate (the original GLU)"]),
+    (check_swiglu, swiglu_wrong(act="none"), ["no activation"]),
+    (check_swiglu, swiglu_wrong(up=False), ["the up projection is missing"]),
+    (check_swiglu, swiglu_wrong(hidden=True),
+     ["wrong shape for the output: expected (..., C) = (2, 5, 16), got (2, 5, 43)",
+      "multiply by w_downᵀ"]),
+    (check_decoder_block, block_wrong(norm="post"), ["0 of 4 checks passed", "post-norm"]),
+    (check_decoder_block, block_wrong(residual="attn"), ["the attention's residual"]),
+    (check_decoder_block, block_wrong(residual="ffn"), ["the feed-forward residual"]),
+    (check_decoder_block, block_wrong(norms="swapped"), ["the two norms are swapped"]),
+    (check_decoder_block, block_wrong(ffn=swiglu_wrong(on="up")),
+     ["SiLU on the up projection: fix `swiglu` first"]),
+    (check_decoder_block, block_wrong(ffn=swiglu_wrong(act="relu")),
+     ["used ReLU, not SiLU"]),
+    (check_decoder_block, block_wrong(rope="qkv"),
+     ["1 of 4 checks passed", "the values were turned by RoPE too"]),
+    (check_decoder_block, block_wrong(rope="q"), ["the keys were not turned"]),
+    (check_decoder_block, block_wrong(rope="none"), ["no RoPE"]),
+    (check_decoder_block, block_wrong(mask=False), ["1 of 4 checks passed", "no causal mask"]),
+    (check_decoder_block, block_wrong(prescale=True),
+     ["1 of 4 checks passed", "divided by D = 8, not √D", "divided by D = 6, not √D"]),
+    (check_decoder_block, block_wrong(heads="tile"),
+     ["2 of 4 checks passed", "repeat_interleave: kv0, kv0, kv1, kv1"]),
+    (check_decoder_block, block_wrong(eps=1e-6),
+     ["3 of 4 checks passed", "ignored config.norm_eps (0.01) and used 1e-6"]),
+    (check_decoder_block, block_wrong(pairing="interleaved"),
+     ["1 of 4 checks passed", "the interleaved RoPE pairing"]),
+    (check_decoder_logits, logits_wrong(theta=10000.0),
+     ["2 of 4 checks passed", "this model's is config.rope_theta = 500"]),
+    (check_decoder_logits, logits_wrong(freq="i/D"), ["1 of 4 checks passed", "θ^(−2i/D)"]),
+    (check_decoder_logits, logits_wrong(final_norm=False),
+     ["0 of 4 checks passed", "the final norm is missing"]),
+    (check_decoder_logits, logits_wrong(final_eps=1e-6),
+     ["the final norm ignored config.norm_eps (0.01)"]),
+    (check_decoder_logits, logits_wrong(block=block_wrong(eps=1e-6), final_eps=1e-6),
+     ["3 of 4 checks passed", "pass it to every rms_norm"]),
+    (check_decoder_logits, logits_wrong(block=block_wrong(eps=1e-6)),
+     ["the blocks ignored config.norm_eps (0.01)"]),
+    (check_decoder_logits, logits_wrong(head="embed"),
+     ["2 of 4 checks passed", "not embed_tokens.weight"]),
+    (check_decoder_logits, logits_wrong(same_layer=True), ["the weights of layer 0"]),
+    (check_decoder_logits, logits_wrong(probs=True), ["these are probabilities"]),
+    (check_decoder_logits, logits_wrong(block=block_wrong(pairing="interleaved")),
+     ["the interleaved RoPE pairing"]),
+    (check_decoder_logits, logits_wrong(block=block_wrong(mask=False)),
+     ["run check_decoder_block first"]),
+    (check_decoder_logits, scribbles_on_the_weights, ["changed the weights dict"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch06_decoder_pieces))
+
+_CONFIGS = [
+    DecoderConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=45,
+                  rope_theta=500.0, norm_eps=1e-2),
+    DecoderConfig(vocab_size=24, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=40,
+                  tie_embeddings=True),
+    DecoderConfig(vocab_size=20, d_model=24, n_layers=3, n_heads=4, n_kv_heads=1, d_ff=37),
+]
+
+
+@pytest.mark.parametrize("config", _CONFIGS, ids=["GQA", "tied MHA", "MQA"])
+def test_the_checker_names_the_weights_as_the_library_does(config):
+    g = torch.Generator().manual_seed(0)
+    model = Decoder(config)
+    assert list(_model_weights(config, g)) == list(model.state_dict())
+    assert list(_block_weights(config, g)) == list(model.layers[0].state_dict())
+    for name, tensor in _model_weights(config, g).items():
+        assert tensor.shape == model.state_dict()[name].shape, name
+
+
+@pytest.mark.parametrize("config", _CONFIGS, ids=["GQA", "tied MHA", "MQA"])
+def test_the_reference_decoder_equals_the_library_decoder(config):
+    """The checker's float64 reference, from the weights alone, is the library's Decoder with
+    the same weights loaded (strict), in float64: the model the exercise asks for is the
+    model the rest of the book runs."""
+    g = torch.Generator().manual_seed(1)
+    weights = _model_weights(config, g, embed_std=0.05)
+    model = Decoder(config).double().eval()
+    model.load_state_dict({k: t.double() for k, t in weights.items()})
+    if config.tie_embeddings:
+        assert model.lm_head.weight is model.embed_tokens.weight
+    tokens = torch.randint(0, config.vocab_size, (2, 11), generator=g)
+    with torch.no_grad():
+        expected = model(tokens)
+    got = _logits(tokens, weights, config)
+    assert got.dtype == expected.dtype == torch.float64
+    assert (got - expected).abs().max().item() < 1e-12
+    wrong_theta = _logits(tokens, weights, config, theta=config.rope_theta * 2)
+    assert (wrong_theta - expected).abs().max().item() > 1e-3  # the comparison can fail
+
+
+def test_the_chapter_solution_equals_the_library_decoder():
+    """The chapter's three functions, together, compute the library's Decoder in float32."""
+    config = _config(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=45,
+                     rope_theta=500.0, norm_eps=1e-2)
+    g = torch.Generator().manual_seed(2)
+    weights = _model_weights(config, g)
+    model = Decoder(config).eval()
+    model.load_state_dict(weights)
+    tokens = torch.randint(0, config.vocab_size, (2, 9), generator=g)
+    with torch.no_grad():
+        assert torch.allclose(decoder_logits(tokens, weights, config), model(tokens),
+                              atol=1e-5, rtol=1e-5)
