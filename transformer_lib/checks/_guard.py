@@ -29,12 +29,13 @@ check, "this exercise asks you to write it yourself: `name` is not allowed here"
 Library code is recognised by where its code object comes from, the library's files (or code
 Python generated for a library class, such as a dataclass's ``__init__``), not by the name of
 the module it runs in: the student's code run on globals named like the library's is the
-student's, and the library's code object copied into a new function is still the library's.
-A refused package's code is recognised by its files in the same way. The framework's ready-made answers
-are also refused at the level of PyTorch's operators (``torch.ops.aten._softmax``, reached by
-``F.softmin`` or ``torch.ops`` as well), by a ``TorchDispatchMode``. A thread started with
-``_thread`` (which would run without the watch) is refused, and so is a change to the guard's
-code or to a checker's rules while the submission runs.
+student's, and the library's code object copied into a new function is still the
+library's. A refused package's code is recognised by its files in the same way. The
+framework's ready-made answers are also refused at the level of PyTorch's operators
+(``torch.ops.aten._softmax``, reached by ``F.softmin`` or ``torch.ops`` as well), by a
+``TorchDispatchMode`` (:mod:`._watched` lists them). A thread started with ``_thread`` (which
+would run without the watch) is refused, and so is a change to the guard's code or to a
+checker's rules while the submission runs (it is undone).
 
 What this cannot catch: the library's (or PyTorch's) source pasted into the notebook and run as
 the student's own code, work handed to a thread or process that was started before the check,
@@ -59,6 +60,8 @@ from typing import Any, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from transformer_lib.checks._watched import _OPS, _restore, _snapshot
 
 _LIBRARY = "transformer_lib"
 _CHECKS = "transformer_lib.checks"
@@ -257,25 +260,6 @@ _SWITCHES = ("sys.setprofile", "sys.settrace", "threading.setprofile", "threadin
              "concurrent.futures.ThreadPoolExecutor.submit",
              "concurrent.futures.ProcessPoolExecutor.submit")
 
-# The operators under the framework's ready-made answers: refusing the answer refuses these too,
-# however they are reached (``torch.ops.aten._softmax``, ``F.softmin``, ``torch.group_norm``).
-_SOFTMAX_OPS = ("_softmax", "_safe_softmax", "softmax", "_log_softmax", "log_softmax",
-                "special_softmax", "special_log_softmax")
-_ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                  "_scaled_dot_product_flash_attention_for_cpu",
-                  "_scaled_dot_product_cudnn_attention",
-                  "_scaled_dot_product_fused_attention_overrideable")
-_NORM_OPS = ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm",
-             "native_group_norm", "instance_norm", "batch_norm", "native_batch_norm",
-             "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-             "_batch_norm_impl_index", "cudnn_batch_norm")
-_OPS = {"torch.softmax": _SOFTMAX_OPS, "torch.nn.functional.softmax": _SOFTMAX_OPS,
-        "torch.nn.functional.scaled_dot_product_attention": _ATTENTION_OPS,
-        "torch.nn.MultiheadAttention": _ATTENTION_OPS,
-        "torch.nn.functional.layer_norm": _NORM_OPS, "torch.nn.functional.rms_norm": _NORM_OPS}
-
-
 class _Guard(TorchFunctionMode):
     def __init__(self, rules: Rules):
         super().__init__()
@@ -402,41 +386,6 @@ class _OpWatch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _snapshot() -> list[tuple[Any, dict]]:
-    """What a submission must not change while it runs, with copies of it: the namespaces of
-    this module and of its watchers, and every checker module's ``RULES``."""
-    spaces: list[tuple[Any, dict]] = [(sys.modules[__name__], dict(vars(sys.modules[__name__])))]
-    spaces += [(kind, dict(vars(kind))) for kind in (_Guard, _OpWatch)]
-    for name, module in sorted(sys.modules.items()):
-        rules = getattr(module, "RULES", None) if name.startswith(_CHECKS + ".") else None
-        if isinstance(rules, dict):
-            spaces += [(module, {"RULES": rules}), (rules, dict(rules))]
-    return spaces
-
-
-def _restore(snapshot: list[tuple[Any, dict]]) -> bool:
-    """Put back what changed since ``snapshot``; whether anything had. A checker module's
-    entry holds only its ``RULES``: its other names are left alone."""
-    changed = False
-    for owner, saved in snapshot:
-        current = owner if isinstance(owner, dict) else vars(owner)
-        whole = isinstance(owner, (dict, type)) or owner is sys.modules[__name__]
-        added = set(current) - set(saved) if whole else set()
-        if not added and all(k in current and current[k] is v for k, v in saved.items()):
-            continue
-        changed = True
-        if isinstance(owner, dict):
-            owner.clear()
-            owner.update(saved)
-            continue
-        for key in added:
-            delattr(owner, key)
-        for key, value in saved.items():
-            if current.get(key) is not value:
-                setattr(owner, key, value)
-    return changed
-
-
 _HOOKS = frozenset(_codes_of(_Guard)) | frozenset(_codes_of(_OpWatch))
 # Calling an operator by name, ``torch.ops.aten.rms_norm(...)``: seen here even when the
 # operator is made of others by the time it reaches the dispatcher.
@@ -454,7 +403,7 @@ def guard(rules: Rules) -> Iterator[_Guard]:
         _kinds.clear()
     watcher = _Guard(rules)
     ops = _OpWatch(watcher) if watcher.ops else contextlib.nullcontext()
-    before = _snapshot()
+    before = _snapshot([sys.modules[__name__], _Guard, _OpWatch])
     previous = sys.getprofile()
     previous_thread = threading.getprofile() if hasattr(threading, "getprofile") else None
     sys.setprofile(watcher.profile)
