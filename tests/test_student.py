@@ -378,11 +378,13 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
     # The rest is kept: the title, the setup cell, and every exercise, numbered in order.
     assert student.cells[0].source == source.cells[0].source
     # The setup cell is the book's, pinned to the library version the copy was made with,
-    # and the copy says which chapter it is.
+    # and the copy says which chapter it is and which exercises, by id (their labels).
     version = make_student.library_version()
     assert student.cells[1].source == setup_cell.setup_cell_source(ref=f"v{version}")
     assert student.cells[1].source != source.cells[1].source
-    assert student.metadata["transformer_lib"] == {"chapter": chapter.stem, "version": version}
+    labels = re.findall(r"\{exercise\}.*\n:label: (\S+)", source_text)
+    assert student.metadata["transformer_lib"] == {"chapter": chapter.stem, "version": version,
+                                                   "exercises": labels}
     n_exercises = source_text.count("{exercise}")
     numbers = re.findall(r"^\*\*Exercise (\d+)", text, re.M)
     assert numbers == [str(i + 1) for i in range(n_exercises)]
