@@ -335,7 +335,7 @@ def test_without_recompute_autograd_differentiates_the_loop_and_keeps_every_tile
     keeps grows like T · S (more than one (T, S) matrix), not like T."""
     q, k, v = qkv((2,), 20, 50, Dv=6)
     for causal in (False, True):
-        def attend(*x, recompute):
+        def attend(*x, recompute, causal=causal):
             return flash_attention(*x, causal=causal, block_size=16, return_lse=True,
                                    recompute=recompute)
         ours = grads_of(lambda *x: attend(*x, recompute=False), q, k, v, with_lse=True)
