@@ -1,5 +1,6 @@
-"""Chapter 8's checkers (``transformer_lib/checks/ch08_fast_attention.py``) name the usual
-mistakes in words a student can act on. The contract every checker keeps is in
+"""Chapter 8's checkers (``transformer_lib/checks/ch08_fast_attention.py`` and, for the tiled
+forward the learner writes where the chapter builds it, ``ch08_tiled_attention.py``) name the
+usual mistakes in words a student can act on. The contract every checker keeps is in
 ``test_checks_contract.py``."""
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import torch.nn.functional as F
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import (
     ch08_fast_attention,
+    ch08_tiled_attention,
     check_combine_splits,
     check_merge_softmax_stats,
+    check_tiled_attention,
     check_tiled_causal_attention,
 )
 from transformer_lib.flash import flash_attention
@@ -21,8 +24,75 @@ from conftest import mistake_tests
 
 SDPA = "F.scaled_dot_product_attention"
 
-combine_splits, merge_softmax_stats, tiled_causal_attention = references(
-    "08_fast_attention", "combine_splits", "merge_softmax_stats", "tiled_causal_attention")
+combine_splits, merge_softmax_stats, tiled_attention, tiled_causal_attention = references(
+    "08_fast_attention", "combine_splits", "merge_softmax_stats", "tiled_attention",
+    "tiled_causal_attention")
+
+
+def key_tiles_with(mistake):
+    """tiled_attention (keys a tile at a time, all queries at once) with one of the usual
+    mistakes."""
+
+    def attention(q, k, v, block):
+        D, Dv, S = q.shape[-1], v.shape[-1], k.shape[-2]
+        scale = {"no_scale": 1.0, "dv_scale": Dv ** -0.5}.get(mistake, D ** -0.5)
+        m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        a = torch.zeros(*q.shape[:-1], Dv, dtype=q.dtype)
+        stop = S - S % block if mistake == "short_tile_dropped" and S > block else S
+        for start in range(0, stop, block):
+            s = (q @ k[..., start:start + block, :].transpose(-2, -1)) * scale
+            if mistake == "raw_exp":  # no maximum subtracted: overflows for large scores
+                e = torch.exp(s)
+                l, a = l + e.sum(-1, keepdim=True), a + e @ v[..., start:start + block, :]
+                continue
+            new = torch.maximum(m, s.amax(-1, keepdim=True))
+            fade, e = torch.exp(m - new), torch.exp(s - new)
+            l_new = (1.0 if mistake == "l_not_rescaled" else fade) * l + e.sum(-1, keepdim=True)
+            if mistake == "divided_in_loop":
+                a = (fade * a + e @ v[..., start:start + block, :]) / l_new
+            else:
+                a = (1.0 if mistake == "acc_not_rescaled" else fade) * a \
+                    + e @ v[..., start:start + block, :]
+            m, l = new, l_new
+        return a if mistake == "divided_in_loop" else a / l
+
+    return attention
+
+
+def whole_matrix(q, k, v, block):
+    """The right answer from the whole (T, S) score matrix, softmax written out."""
+    scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def one_query_at_a_time(q, k, v, block):
+    """Key tiles, but a loop over the queries: no tensor wider than a tile, work grows with T."""
+    rows = [tiled_attention(q[..., t:t + 1, :], k, v, block) for t in range(q.shape[-2])]
+    return torch.cat(rows, dim=-2)
+
+
+def transposed_tiles(q, k, v, block):
+    """A correct solution whose tiles are (..., block, T): keys by queries."""
+    scale = q.shape[-1] ** -0.5
+    m = torch.full((*q.shape[:-2], 1, q.shape[-2]), float("-inf"), dtype=q.dtype)  # (..., 1, T)
+    l, a = torch.zeros_like(m), torch.zeros(*q.shape[:-2], v.shape[-1], q.shape[-2],
+                                            dtype=q.dtype)  # (..., Dv, T)
+    for start in range(0, k.shape[-2], block):
+        s = (k[..., start:start + block, :] @ q.transpose(-2, -1)) * scale  # (..., n, T)
+        new = torch.maximum(m, s.amax(-2, keepdim=True))
+        fade, e = torch.exp(m - new), torch.exp(s - new)
+        l = fade * l + e.sum(-2, keepdim=True)
+        a = fade * a + v[..., start:start + block, :].transpose(-2, -1) @ e
+        m = new
+    return (a / l).transpose(-2, -1)
+
+
+def test_a_tiled_forward_with_transposed_tiles_passes(capsys):
+    """A tile of keys by queries, (..., block, T), is a tile too."""
+    assert check_tiled_attention(transposed_tiles)
+    assert "all 7 checks passed" in capsys.readouterr().out
 
 
 def merge_with(mistake):
@@ -256,3 +326,33 @@ def test_the_references_agree_with_pytorch(ledger):
 
 test_wrong_solution_is_rejected_with_the_reason, test_every_checker_knows_at_least_two_mistakes = (
     mistake_tests(WRONG, ch08_fast_attention))
+
+# The tiled forward (keys a tile at a time, all queries at once), the chapter's first core ------
+
+CORE_WRONG = [
+    (check_tiled_attention, key_tiles_with("acc_not_rescaled"),
+     ["wrong values in out", "the running sum a was not rescaled when the maximum grew"]),
+    (check_tiled_attention, key_tiles_with("l_not_rescaled"),
+     ["wrong values in out", "the running sum l was not rescaled when the maximum grew"]),
+    (check_tiled_attention, key_tiles_with("divided_in_loop"),
+     ["wrong values in out", "keep a unnormalised and divide by l once"]),
+    (check_tiled_attention, key_tiles_with("no_scale"),
+     ["wrong values in out", "divide the scores by √D"]),
+    (check_tiled_attention, key_tiles_with("dv_scale"),
+     ["4 of 7 checks passed", "the scale is 1/√D with D = 12", "not of v (Dv = 5)"]),
+    (check_tiled_attention, key_tiles_with("short_tile_dropped"),
+     ["the last, shorter tile of keys is missing"]),
+    (check_tiled_attention, key_tiles_with("raw_exp"),
+     ["6 of 7 checks passed", "scores over 100: nothing may overflow: NaN appeared in out",
+      "subtract the running maximum before exponentiating"]),
+    (check_tiled_attention, lambda q, k, v, block: tiled_attention(q, k, v, block).double(),
+     ["wrong dtype for out: expected torch.float32, got torch.float64"]),
+    (check_tiled_attention, whole_matrix,
+     ["created a tensor of shape (2, 3, 5, 37), more than one tile of 8 keys for the 5 "
+      "queries", "no scores or weights for all S keys at once"]),
+    (check_tiled_attention, one_query_at_a_time,
+     ["6 of 7 checks passed", "the work grows with the size of a tile"]),
+]
+
+test_core_mistake_is_rejected_with_the_reason, test_every_core_checker_knows_two_mistakes = (
+    mistake_tests(CORE_WRONG, ch08_tiled_attention))

@@ -330,6 +330,24 @@ def test_the_backward_pass_saves_o_of_t_bytes():
     assert found[2048] == 2 * found[1024]
 
 
+def test_without_recompute_autograd_differentiates_the_loop_and_keeps_every_tile():
+    """``recompute=False``: the same gradients, but autograd records the loop, so what it
+    keeps grows like T · S (more than one (T, S) matrix), not like T."""
+    q, k, v = qkv((2,), 20, 50, Dv=6)
+    for causal in (False, True):
+        def attend(*x, recompute, causal=causal):
+            return flash_attention(*x, causal=causal, block_size=16, return_lse=True,
+                                   recompute=recompute)
+        ours = grads_of(lambda *x: attend(*x, recompute=False), q, k, v, with_lse=True)
+        theirs = grads_of(lambda *x: attend(*x, recompute=True), q, k, v, with_lse=True)
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    T = 512
+    q, k, v = (torch.randn(1, 1, T, 16, requires_grad=True) for _ in range(3))
+    kept, _ = saved_bytes(lambda: flash_attention(q, k, v, block_size=32, recompute=False))
+    assert kept >= 4 * T * T
+
+
 class LiveBytes(TorchDispatchMode):
     """The peak, over a call, of the bytes held by the tensors its operations created and
     that were still alive (storages counted once, views included), the inputs left out."""

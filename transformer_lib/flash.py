@@ -264,6 +264,7 @@ def flash_attention(
     dropout_p: float = 0.0,
     block_size: int = 64,
     return_lse: bool = False,
+    recompute: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q kᵀ / √D) v, reading ``block_size`` keys at a time (online softmax).
 
@@ -293,6 +294,11 @@ def flash_attention(
             ``lse = m + log l``, ``(..., T)``: softmax weight j is ``exp(s_j - lse)``, and two
             results over disjoint key sets merge exactly with it (-inf for a query that
             sees no key).
+        recompute: under autograd, run as :class:`FlashAttentionFunction`, whose backward
+            pass recomputes the tiles (the default). False lets autograd record the loop
+            itself, which then keeps every tile's exponentials for the backward pass, more
+            than one ``(T, S)`` matrix: what a tiled forward pass saves without a backward
+            pass of its own, for comparison.
 
     Returns:
         ``out`` ``(..., T, Dv)`` in the input dtype; with ``return_lse``, ``(out, lse)``,
@@ -301,10 +307,11 @@ def flash_attention(
     """
     _check_inputs(q, k, v, mask, causal, block_size, dropout_p)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if recompute and torch.is_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttentionFunction.apply(q, k, v, mask, causal, scale, dropout_p,
                                                 block_size)
-    else:  # nothing to differentiate: the loop alone
+    else:  # nothing to differentiate, or autograd differentiates the loop: the loop alone
         out, lse = _forward(q, k, v, _tiling(q, k, mask, causal, block_size), scale,
                             dropout_p)
     out = zero_rows_without_keys(out, mask, k.shape[-2], causal=causal)  # (..., T, Dv)

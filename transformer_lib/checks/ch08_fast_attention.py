@@ -1,9 +1,11 @@
-"""Checkers for the exercises of chapter 8, computing attention fast
+"""Checkers for the exercises at the end of chapter 8, computing attention fast
 (``chapters/08_fast_attention.ipynb``): merging the online-softmax statistics of two key
 blocks, causal attention in query and key tiles that skips the tiles above the diagonal, and
 the combination of partial results over splits of the keys (split-KV decoding) through their
 log-sum-exp. The tiled checker also records the shape of every tensor the student's function
-creates, so that computing the whole score matrix and counting tiles by formula fails."""
+creates, so that computing the whole score matrix and counting tiles by formula fails; that
+machinery (:class:`_NewTensors`, :func:`_too_large`) also serves the checker of the tiled
+forward the chapter builds, in ``ch08_tiled_attention``."""
 from __future__ import annotations
 
 from typing import Callable
@@ -48,6 +50,51 @@ def _stats(scores: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     base = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(scores - base)  # blocked entries: exp(-inf) = 0
     return m, p.sum(dim=-1, keepdim=True), p @ values  # (..., T, 1), (..., T, 1), (..., T, Dv)
+
+
+# Watching the tensors a tiled function creates (here and in ch08_tiled_attention) ------------
+
+
+def _tensors(value) -> list[Tensor]:
+    """The tensors in a value: itself, or inside (nested) tuples, lists and dict values."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+@given
+class _NewTensors(TorchFunctionMode):
+    """Records the shape of every tensor a torch function or tensor method creates while the
+    block runs; views and in-place results (sharing an argument's storage) are left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs or {}))}
+        self.shapes += [tuple(t.shape) for t in _tensors(result)
+                        if t.untyped_storage().data_ptr() not in given]
+        return result
+
+
+def _too_large(shapes: list[tuple[int, ...]], block_q: int, block_k: int, D: int, Dv: int,
+               ndim: int) -> tuple[int, ...] | None:
+    """The first shape of a query-by-key tensor (scores, weights or a mask) that spans more
+    than ``block_q`` queries or ``block_k`` keys; None if there is none. Query-by-key tensors
+    have the dims of q (``ndim``) or are 2-D; those whose last dim is 1, D or Dv (statistics,
+    q, k, v, outputs) are not query-by-key tensors, nor are per-row statistics reduced over
+    the keys (one dim fewer than q)."""
+    for shape in shapes:
+        if len(shape) in (ndim, 2) and shape[-1] not in (1, D, Dv) \
+                and shape[-2] not in (D, Dv) and (shape[-2] > block_q or shape[-1] > block_k):
+            return shape
+    return None
 
 
 # Warm-up: merge the statistics of two key blocks ----------------------------------------------
@@ -177,48 +224,6 @@ def _causal_reference(q: Tensor, k: Tensor, v: Tensor, *, align: str = "bottom_r
         scores = scores.masked_fill(~visible, NEG_INF)
     weights = torch.softmax(scores, dim=-1)
     return torch.nan_to_num(weights, nan=0.0) @ v  # (..., T, Dv)
-
-
-def _tensors(value) -> list[Tensor]:
-    """The tensors in a value: itself, or inside (nested) tuples, lists and dict values."""
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
-
-
-@given
-class _NewTensors(TorchFunctionMode):
-    """Records the shape of every tensor a torch function or tensor method creates while the
-    block runs; views and in-place results (sharing an argument's storage) are left out."""
-
-    def __init__(self):
-        super().__init__()
-        self.shapes: list[tuple[int, ...]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        given = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs or {}))}
-        self.shapes += [tuple(t.shape) for t in _tensors(result)
-                        if t.untyped_storage().data_ptr() not in given]
-        return result
-
-
-def _too_large(shapes: list[tuple[int, ...]], block_q: int, block_k: int, D: int, Dv: int,
-               ndim: int) -> tuple[int, ...] | None:
-    """The first shape of a query-by-key tensor (scores, weights or a mask) that spans more
-    than ``block_q`` queries or ``block_k`` keys; None if there is none. Query-by-key tensors
-    have the dims of q (``ndim``) or are 2-D; those whose last dim is 1, D or Dv (statistics,
-    q, k, v, outputs) are not query-by-key tensors, nor are per-row statistics reduced over
-    the keys (one dim fewer than q)."""
-    for shape in shapes:
-        if len(shape) in (ndim, 2) and shape[-1] not in (1, D, Dv) \
-                and shape[-2] not in (D, Dv) and (shape[-2] > block_q or shape[-1] > block_k):
-            return shape
-    return None
 
 
 _TILE_HINTS = {
