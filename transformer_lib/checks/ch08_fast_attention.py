@@ -4,7 +4,7 @@ blocks, causal attention in query and key tiles that skips the tiles above the d
 the combination of partial results over splits of the keys (split-KV decoding) through their
 log-sum-exp. The tiled checker also records the shape of every tensor the student's function
 creates, so that computing the whole score matrix and counting tiles by formula fails; that
-machinery (:class:`_NewTensors`, :func:`_too_large`) also serves the checker of the tiled
+machinery (``_NewTensors``, ``_too_large``) also serves the checker of the tiled
 forward the chapter builds, in ``ch08_tiled_attention``."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ all queries at once.
 The reference is attention from the whole score matrix in float64, written out here; the
 known mistakes run the tile loop with one step wrong. While the student's function runs, the
 shape of every tensor it creates is recorded with the machinery of ``ch08_fast_attention``
-(:class:`~transformer_lib.checks.ch08_fast_attention._NewTensors`): a query-by-key tensor with
+(its ``_NewTensors``): a query-by-key tensor with
 more than ``block`` keys fails, whichever way round it is laid out."""
 from __future__ import annotations
 
