@@ -146,6 +146,7 @@ class Refused(Exception):
 
 _LIB, _FRAMEWORK, _STUDENT, _GUARD = "library", "framework", "student", "guard"
 _kinds: dict[tuple[CodeType, str], str] = {}
+_generated: frozenset[CodeType] = frozenset()  # _generated_codes(), found as a block starts
 
 
 def call_as_student(fn: Any, args: Any) -> Any:
@@ -166,7 +167,8 @@ def _kind(frame: FrameType) -> str:
             else code.co_filename
         if filename == _GUARD_FILE:
             kind = _GUARD
-        elif filename.startswith(_LIBRARY_DIR) or code in _generated_codes():
+        elif filename.startswith(_LIBRARY_DIR) or (
+                filename.startswith("<") and code in _generated):
             kind = _LIB  # its code object copied into a new function included
         elif filename.startswith(_FRAMEWORK_DIRS) or filename.startswith("<frozen"):
             kind = _FRAMEWORK
@@ -379,6 +381,13 @@ class _OpWatch(TorchDispatchMode):
         super().__init__()
         self.watcher = watcher
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Left unwrapped: torch would wrap __torch_dispatch__ in a Dynamo switch whose first
+        # call imports torch._dynamo (over a second, and several under the watch). A
+        # checker never compiles.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = self.watcher.ops.get(func.overloadpacket.__name__)
         if name is not None and _caller(sys._getframe(1), (_FRAMEWORK, _GUARD)) == _STUDENT:
@@ -397,10 +406,11 @@ _OP_CALLS = frozenset(_codes_of(torch._ops.OpOverloadPacket.__call__)
 def guard(rules: Rules) -> Iterator[_Guard]:
     """While the block runs, the student's calls that ``rules`` refuse raise :class:`Refused`;
     the guard's ``refusals`` lists every one, caught or not."""
-    global _FRAMEWORK_DIRS
+    global _FRAMEWORK_DIRS, _generated
     if (folders := _framework_dirs()) != _FRAMEWORK_DIRS:  # a package folder added since
         _FRAMEWORK_DIRS = folders
         _kinds.clear()
+    _generated = _generated_codes()  # classes made since the last block included
     watcher = _Guard(rules)
     ops = _OpWatch(watcher) if watcher.ops else contextlib.nullcontext()
     before = _snapshot([sys.modules[__name__], _Guard, _OpWatch])
