@@ -20,8 +20,8 @@ from torch import Tensor
 
 from transformer_lib.decoder import Decoder
 from transformer_lib.plotting.style import BLUE, DPI, GREY
-from transformer_lib.sampling import check_sampling, next_token_probs
-from transformer_lib.text import CharTokenizer, generate_text, load_text_model
+from transformer_lib.sampling import check_sampling, next_token_probs, sample_next_token
+from transformer_lib.text import CharTokenizer, load_text_model
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
     Explorer,
@@ -189,6 +189,31 @@ def _selection(name: str, values: Sequence, start: int) -> widgets.SelectionSlid
                                    style={"description_width": "80px"})
 
 
+@torch.no_grad()
+def _draw_each(model: Decoder, tokenizer: CharTokenizer, prompt: str, n_new: int,
+               rules: list[Rule], seed: int) -> dict[Rule, str]:
+    """The ``n_new`` characters each rule ``(temperature, top_k, top_p)`` draws after
+    ``prompt``: what :func:`~transformer_lib.text.generate_text` with ``seed`` adds, for all
+    the rules at once, one row each (one forward pass per step, not one per rule and step).
+    Each row has its own generator, seeded by ``seed``, and its own rule."""
+    device = model.embed_tokens.weight.device
+    prompt_ids = tokenizer.encode(prompt).to(device)  # (P,)
+    tokens = prompt_ids[None].expand(len(rules), -1)  # (R, P): one row per rule
+    generators = [torch.Generator(device=device).manual_seed(seed) for _ in rules]
+    cache = model.new_cache(len(rules), len(prompt_ids) + n_new)
+    logits = model(tokens, cache)[:, -1]  # (R, V)
+    steps = []
+    for step in range(n_new):
+        next_ids = torch.cat([
+            sample_next_token(logits[r:r + 1], temperature=t, top_k=k, top_p=p, generator=g)
+            for r, ((t, k, p), g) in enumerate(zip(rules, generators))])  # (R, 1)
+        steps.append(next_ids)
+        if step < n_new - 1:
+            logits = model(next_ids, cache)[:, -1]  # (R, V)
+    drawn = torch.cat(steps, dim=1)  # (R, n_new)
+    return {rule: tokenizer.decode(row) for rule, row in zip(rules, drawn)}
+
+
 def sampling_explorer(model: Decoder | None = None, tokenizer: CharTokenizer | None = None, *,
                       prompt: str = PROMPT, temperatures: Sequence[float] = TEMPERATURES,
                       top_ks: Sequence[int | None] = TOP_KS,
@@ -227,12 +252,9 @@ def sampling_explorer(model: Decoder | None = None, tokenizer: CharTokenizer | N
     with torch.no_grad():
         logits = model(tokenizer.encode(prompt)[None])[0, -1]  # (V,): the next character
     rules = [(t, k, p) for t in temperatures for k in top_ks for p in top_ps]
-    drawn: dict[Rule, str] = {}  # greedy draws once: top-k and top-p change nothing there
-    for t, k, p in rules:
-        key = (0.0, None, None) if t == 0 else (t, k, p)
-        if key not in drawn:
-            drawn[key] = generate_text(model, tokenizer, prompt, n_new, temperature=t,
-                                       top_k=k, top_p=p, seed=seed)[len(prompt):]
+    # Greedy draws once: top-k and top-p change nothing there.
+    distinct = list(dict.fromkeys((0.0, None, None) if r[0] == 0 else r for r in rules))
+    drawn = _draw_each(model, tokenizer, prompt, n_new, distinct, seed)
     texts = {(t, k, p): drawn[(0.0, None, None) if t == 0 else (t, k, p)] for t, k, p in rules}
     flat = _sampling_frames(logits, tokenizer.chars, prompt, rules, [texts[r] for r in rules],
                             seed)
