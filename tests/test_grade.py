@@ -18,6 +18,7 @@ import _grade_runner  # tools/_grade_runner.py
 import grade  # tools/grade.py
 from book_support import ROOT
 from grade_fixtures import (
+    ENDLESS,
     import_hook,
     plant_at_run_time,
     plant_fake_package,
@@ -55,7 +56,7 @@ def graded(tmp_path_factory):
     put("bob", "00_setup.ipynb", nbformat.read(STUDENT, as_version=4))  # untouched copy
     tampered = with_cell(STUDENT, replaced_checker("mha_shapes", "check_mha_shapes"))
     put("carol", "00_setup.ipynb", tampered)  # replaces the checker, prints a pass
-    put("dave", "00_setup.ipynb", with_cell(STUDENT, "while True:\n    pass", index=3))
+    put("dave", "00_setup.ipynb", with_cell(STUDENT, ENDLESS, index=3))
     put("eve", "00_setup.ipynb", with_cell(CHAPTER, "import os\nos._exit(1)"))
     put("frank", "00_setup.ipynb", text="{ this is not json")
     put("grace", "00_setup.ipynb",
@@ -79,7 +80,7 @@ def graded(tmp_path_factory):
     put("mei", "作业.ipynb", nbformat.read(ZH_STUDENT, as_version=4))
     put("trudy", "00_setup.ipynb", with_cell(STUDENT, IMPORT_HOOK))
     out = folder.parent / "gradebook.csv"
-    rows = grade.grade(folder, out, jobs=2, timeout=90, progress=False)
+    rows = grade.grade(folder, out, jobs=2, timeout=60, progress=False)  # dave waits it out
     with out.open(encoding="utf-8") as f:
         table = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
     return rows, table, out

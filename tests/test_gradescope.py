@@ -31,6 +31,7 @@ import grade  # tools/grade.py
 import gradescope  # tools/gradescope.py
 from book_support import ROOT
 from grade_fixtures import (
+    ENDLESS,
     plant_at_run_time,
     plant_fake_package,
     renamed,
@@ -327,8 +328,10 @@ def graded(environment):
         "alice": {f"{CHAPTER_ID}.ipynb": nbformat.read(CHAPTER, as_version=4)},
         "bob": {f"{CHAPTER_ID}.ipynb": nbformat.read(STUDENT, as_version=4)},
         "carol": {f"{CHAPTER_ID}.ipynb": carol},
-        "dave": {f"{CHAPTER_ID}.ipynb": with_cell(STUDENT, "while True:\n    pass", index=3)},
-        "eve": {f"{CHAPTER_ID}.ipynb": with_cell(CHAPTER, "import os\nos._exit(1)")},
+        "dave": {f"{CHAPTER_ID}.ipynb": with_cell(STUDENT, ENDLESS, index=3)},
+        # The kernel dies before the exercises: the grader says so (a full run of the chapter
+        # that dies at its end is the grader's test, on chapter 0).
+        "eve": {f"{CHAPTER_ID}.ipynb": with_cell(CHAPTER, "import os\nos._exit(1)", index=3)},
         "frank": {f"{CHAPTER_ID}.ipynb": "{ this is not json"},
         "grace": {f"Copy of {CHAPTER_ID} (1).ipynb": renamed(  # found by its title
             nbformat.read(CHAPTER, as_version=4), first, f"my_{first}")},
