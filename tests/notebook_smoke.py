@@ -2,15 +2,13 @@
 
 The book build and nbval execute every cell of every notebook in the maintainers'
 environment. The tests of the readers' environments (``test_colab.py``: Colab's versions;
-``test_binder.py``: Binder's, with other seeds than the explorers) execute, of each
-notebook, only:
+``test_binder.py``: Binder's) execute, of each notebook, only:
 
 - the setup cell (it installs the library where it is missing, as on Colab);
 - the first code cell after it, the chapter's imports (every import of the chapter works with
   that environment's versions);
-- every explorer cell (or the cells given as seeds), an explorer being a code cell that
-  calls a function of ``transformer_lib.widgets`` or uses ``ipywidgets``, so that every
-  widget the book shows is built there;
+- every explorer cell, a code cell that calls a function of ``transformer_lib.widgets`` or
+  uses ``ipywidgets``, so that every widget the book shows is built there;
 - the cells those cells need: for each name a kept cell uses and does not define first, the
   last earlier code cell that binds it at the top level, and so on. A name that no earlier
   cell binds (and that is no builtin) keeps every code cell before the cell that uses it.

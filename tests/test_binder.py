@@ -6,13 +6,11 @@ root. The slow test does the same in a fresh virtual environment. The PyTorch CP
 is left out here, since this machine reaches no such index: the same ``+cpu`` wheel comes
 from the local package registry. Then it checks what was installed and runs, with a kernel of
 that environment (ipykernel and nbclient, which Binder's base image provides, are added after
-the checks), of every notebook what this environment alone can break: the setup cell and the
-chapter's imports (no maintainers' package is needed), and, in a chapter that looks for an
-optional package (``OPTIONAL``), every cell that reads a name bound from that package
-(``notebook_smoke.optional_cells``) and what those cells need: Binder leaves those packages
-out, so only here do the chapters' fallback branches run. The explorers are not run again
-here: the build and nbval build every one with ipywidgets 8 (Binder's major version, the
-library's same code), and the Colab-like test with 7.7.1.
+the checks), the smoke subset of every notebook (``notebook_smoke.py``: setup cell, imports,
+every explorer and the cells it needs; the book build and nbval already execute every cell),
+and with it, in a chapter that looks for an optional package (``OPTIONAL``), every cell that
+reads a name bound from that package (``notebook_smoke.optional_cells``) and what those cells
+need: Binder leaves those packages out, so only here do the chapters' fallback branches run.
 """
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ import nbformat
 import pytest
 
 from book_support import ROOT, setup_cell
-from notebook_smoke import optional_cells, smoke_notebook
+from notebook_smoke import explorer_cells, optional_cells, smoke_notebook
 
 BINDER = ROOT / "binder"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -134,7 +132,7 @@ def test_binder_environment_is_small_and_runs_the_book(tmp_path: Path, capsys):
         optional = optional_cells(nb)
         fallbacks += [notebook.name] if optional else []
         target = tmp_path / f"smoke-{notebook.name}"
-        nbformat.write(smoke_notebook(nb, optional), target)  # + setup cell and imports
+        nbformat.write(smoke_notebook(nb, explorer_cells(nb) + optional), target)
         runs += [str(target), str(notebook.parent)]
     runner = """
 import sys, nbformat
@@ -151,5 +149,5 @@ for path, folder in zip(sys.argv[1::2], sys.argv[2::2]):
         f"a notebook failed in Binder's environment:\n{result.stderr[-6000:]}")
     assert result.stdout.count("ran ") == len(NOTEBOOKS)
     with capsys.disabled():
-        print(f"ran the setup cell and imports of {len(NOTEBOOKS)} notebooks, with the "
-              f"fallback cells of {', '.join(fallbacks)}")
+        print(f"ran the smoke subset of {len(NOTEBOOKS)} notebooks, with the fallback cells "
+              f"of {', '.join(fallbacks)}")
