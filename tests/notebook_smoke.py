@@ -104,6 +104,45 @@ def _loaded(node: ast.AST) -> set[str]:
     return names
 
 
+def _read_in_order(statements: list[ast.stmt], binds: set[str], needs: set[str]) -> None:
+    """Add to ``needs`` what ``statements`` read before binding it, and to ``binds`` what they
+    bind, statement by statement; inside ``if``, ``for``, ``while``, ``with`` and ``try``
+    too, so that ``if ok:\n    x = f()\n    g(x)`` needs no earlier ``x``. Each branch starts
+    from what was bound before it; after the statement, what any branch binds counts as
+    bound (as :func:`_stored` has it)."""
+    for statement in statements:
+        branches: list[tuple[set[str], list[ast.stmt]]]  # (bound as it starts, statements)
+        if isinstance(statement, (ast.If, ast.While)):
+            needs |= _loaded(statement.test) - binds
+            branches = [(set(), statement.body), (set(), statement.orelse)]
+        elif isinstance(statement, (ast.For, ast.AsyncFor)):
+            needs |= _loaded(statement.iter) - binds
+            binds |= _stored(statement.target)
+            branches = [(set(), statement.body), (set(), statement.orelse)]
+        elif isinstance(statement, (ast.With, ast.AsyncWith)):
+            for item in statement.items:
+                needs |= _loaded(item.context_expr) - binds
+                if item.optional_vars is not None:
+                    binds |= _stored(item.optional_vars)
+            branches = [(set(), statement.body)]
+        elif isinstance(statement, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            branches = [(set(), statement.body + statement.orelse), (set(), statement.finalbody)]
+            for handler in statement.handlers:  # `except E as name:` binds name first
+                if handler.type is not None:
+                    needs |= _loaded(handler.type) - binds
+                branches.append(({handler.name} if handler.name else set(), handler.body))
+        else:
+            needs |= _loaded(statement) - binds
+            binds |= _stored(statement)
+            continue
+        bound_after = _stored(statement)
+        for bound, body in branches:
+            branch = binds | bound
+            _read_in_order(body, branch, needs)
+            bound_after |= branch
+        binds |= bound_after
+
+
 def cell_names(source: str) -> tuple[set[str], set[str]]:
     """``(binds, needs)`` of a code cell: the names it binds at the top level, and the names it
     reads before (or without) binding them itself, builtins aside."""
@@ -113,9 +152,7 @@ def cell_names(source: str) -> tuple[set[str], set[str]]:
         return set(), set()
     binds: set[str] = set()
     needs: set[str] = set()
-    for statement in tree.body:
-        needs |= _loaded(statement) - binds
-        binds |= _stored(statement)
+    _read_in_order(tree.body, binds, needs)
     return binds, needs - _BUILTINS
 
 

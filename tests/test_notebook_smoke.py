@@ -40,6 +40,16 @@ def test_what_a_cell_binds_and_needs():
     assert cell_names("def g(m: Model, *a: Extra) -> Out:\n    return m")[1] == {
         "Model", "Extra", "Out"}
     assert cell_names("%matplotlib inline") == (set(), set())  # IPython syntax: nothing
+    # Inside a block, a name bound before it is read needs no earlier cell; in one branch
+    # only, it is bound after the block (as if that branch ran); read first, it is needed.
+    binds, needs = cell_names(
+        "if ready:\n    import lib\n    model = lib.Model()\n    out = model(x)\n"
+        "else:\n    model = None\n"
+        "for step in range(steps):\n    if step > 0:\n        total = total + step\n"
+        "try:\n    import extra\nexcept ImportError as error:\n    print(error, extra)\n"
+        "with opened(path) as f:\n    text = f.read()\n")
+    assert binds == {"lib", "model", "out", "step", "total", "extra", "error", "f", "text"}
+    assert needs == {"ready", "x", "steps", "total", "opened", "path", "extra"}
 
 
 def test_an_explorer_keeps_the_cells_it_needs_and_no_others():
