@@ -153,24 +153,26 @@ def _finish(exercise: str, passed: bool, attempted: bool, lines: list[str],
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package
 
-# Error messages that have a usual cause, and what to do about it: PyTorch's words (matched
-# as they are, joined by spaces) and the hint.
-_ERROR_HINTS = [
-    (("view", "size", "is", "not", "compatible"),
-     say("after a transpose the tensor is no longer contiguous, so .view cannot merge its axes: "
-         "use .reshape (or .contiguous().view)")),
-    (("must", "match", "the", "size", "of", "tensor"),
-     say("two shapes do not broadcast: a reduction such as .sum(dim) or .amax(dim) drops that "
-         "axis unless you pass keepdim=True")),
-    (("cannot", "be", "multiplied"),
-     say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
-         "k.transpose(-2, -1)")),
-    (("batch2", "tensor"),
-     say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
-         "k.transpose(-2, -1)")),
-    (("expected", "scalar", "type"),
-     say("the two tensors have different dtypes: convert one with .to(other.dtype)")),
-]
+
+def _error_hints() -> list[tuple[tuple[str, ...], str]]:
+    """PyTorch's error messages that have a usual cause, and what to do about it: the words
+    of the error (matched as they are, joined by spaces) and the hint."""
+    return [
+        (("view", "size", "is", "not", "compatible"),
+         say("after a transpose the tensor is no longer contiguous, so .view cannot merge its "
+             "axes: use .reshape (or .contiguous().view)")),
+        (("must", "match", "the", "size", "of", "tensor"),
+         say("two shapes do not broadcast: a reduction such as .sum(dim) or .amax(dim) drops "
+             "that axis unless you pass keepdim=True")),
+        (("cannot", "be", "multiplied"),
+         say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
+             "k.transpose(-2, -1)")),
+        (("batch2", "tensor"),
+         say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
+             "k.transpose(-2, -1)")),
+        (("expected", "scalar", "type"),
+         say("the two tensors have different dtypes: convert one with .to(other.dtype)")),
+    ]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -255,7 +257,7 @@ def _call(fn: Callable, args: Sequence[Any], names: Sequence[str], *,
         raise
     except Exception as exc:  # noqa: BLE001 - reported, never raised into the notebook
         line = _student_line(exc)
-        hint = next((h for words, h in _ERROR_HINTS if " ".join(words) in str(exc)), None)
+        hint = next((h for words, h in _error_hints() if " ".join(words) in str(exc)), None)
         if line:
             raise _Failure(say("raised {error} at `{line}`", error=_one_line(exc), line=line),
                            hint) from None
