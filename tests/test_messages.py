@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from book_support import ROOT
 from transformer_lib.checks import _messages
+
+from book_support import ROOT
 
 CHECKS = sorted((ROOT / "transformer_lib" / "checks").glob("*.py"))
 SENTENCE = re.compile(r"[A-Za-z].* |.* .*[A-Za-z]")  # a letter and a space
