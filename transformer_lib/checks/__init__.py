@@ -33,6 +33,7 @@ from types import FunctionType
 
 from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import CheckResult
+from transformer_lib.checks._messages import say
 
 _CHAPTER_MODULE = re.compile(r"ch\d\d_\w+")  # e.g. ch01_attention
 
@@ -43,7 +44,7 @@ def _chapter_rules() -> dict[str, Rules]:
     found: dict[str, Rules] = {}
     for name in sorted(m.name for m in pkgutil.iter_modules(__path__)
                        if _CHAPTER_MODULE.fullmatch(m.name)):
-        found.update(importlib.import_module(f"{__name__}.{name}").RULES)
+        found.update(importlib.import_module(__name__ + "." + name).RULES)
     return found
 
 
@@ -54,14 +55,15 @@ def _chapter_checkers() -> dict[str, FunctionType]:
     modules = sorted(m.name for m in pkgutil.iter_modules(__path__)
                      if _CHAPTER_MODULE.fullmatch(m.name))
     for name in modules:
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(__name__ + "." + name)
         for attr, value in vars(module).items():
             if not (attr.startswith("check_") and isinstance(value, FunctionType)
                     and value.__module__ == module.__name__):
                 continue  # not a checker, or one imported from elsewhere
             if attr in found:
-                raise ImportError(f"{attr} is defined in both {found[attr].__module__} and "
-                                  f"{module.__name__}: each checker belongs to one chapter")
+                raise ImportError(say("{attr} is defined in both {first} and {second}: each "
+                                      "checker belongs to one chapter", attr=attr,
+                                      first=found[attr].__module__, second=module.__name__))
             found[attr] = value
     return found
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from transformer_lib.checks._messages import say
 from transformer_lib.checks._results import _describe, _Failure
 
 # fp32 inputs, and a student may order the operations differently from the reference
@@ -22,8 +23,8 @@ RTOL = 1e-4
 def _where(idx: Sequence[int], axes: Sequence[str] | None) -> str:
     idx = [int(i) for i in idx]
     if axes and len(axes) == len(idx):
-        return ", ".join(f"{a} {i}" for a, i in zip(axes, idx))
-    return f"position {tuple(idx)}"
+        return ", ".join(say("{axis} {index}", axis=a, index=i) for a, i in zip(axes, idx))
+    return say("position {index}", index=tuple(idx))
 
 
 def _first(mask: Tensor) -> tuple[int, ...]:
@@ -66,23 +67,27 @@ def _compare(got: Any, expected: Tensor, what: str, *, letters: str | None = Non
         shape_hints: wrong shape -> hint.
     """
     if not isinstance(got, Tensor):
-        raise _Failure(f"{what} should be a tensor, got {_describe(got)}")
+        raise _Failure(say("{what} should be a tensor, got {got}", what=what, got=_describe(got)))
     if tuple(got.shape) != tuple(expected.shape):
-        named = f"{letters} = " if letters else ""
         hint = (shape_hints or {}).get(tuple(got.shape))
-        raise _Failure(f"wrong shape for {what}: expected {named}{tuple(expected.shape)}, "
-                       f"got {tuple(got.shape)}", hint)
+        if letters:
+            raise _Failure(say("wrong shape for {what}: expected {letters} = {expected}, got {got}",
+                               what=what, letters=letters, expected=tuple(expected.shape),
+                               got=tuple(got.shape)), hint)
+        raise _Failure(say("wrong shape for {what}: expected {expected}, got {got}", what=what,
+                           expected=tuple(expected.shape), got=tuple(got.shape)), hint)
     if got.dtype != expected.dtype:
-        raise _Failure(f"wrong dtype for {what}: expected {expected.dtype}, got {got.dtype}",
-                       "keep the dtype of the inputs")
+        raise _Failure(say("wrong dtype for {what}: expected {expected}, got {got}", what=what,
+                           expected=expected.dtype, got=got.dtype),
+                       say("keep the dtype of the inputs"))
     g, e = got.detach().double(), expected.double()
     problem, hint = None, None
     for bad, name in ((torch.isnan(g) & ~torch.isnan(e), "NaN"),
                       (torch.isinf(g) & ~torch.isinf(e), "inf")):
         if bad.any():
             idx = _first(bad)
-            problem = (f"{name} appeared in {what} at {_where(idx, axes)} "
-                       f"(expected {e[idx].item():.4g})")
+            problem = say("{name} appeared in {what} at {where} (expected {expected:.4g})",
+                          name=name, what=what, where=_where(idx, axes), expected=e[idx].item())
             hint = nan_hint
             break
     for prop in properties if problem is None else ():
@@ -93,9 +98,10 @@ def _compare(got: Any, expected: Tensor, what: str, *, letters: str | None = Non
         close = torch.isclose(g, e, rtol=rtol, atol=atol)
         if not close.all():
             idx = _first(~close)
-            problem = (f"wrong values in {what} at {_where(idx, axes)}: expected "
-                       f"{e[idx].item():.4g}, got {g[idx].item():.4g} "
-                       f"({int((~close).sum())} of {close.numel()} entries wrong)")
+            problem = say("wrong values in {what} at {where}: expected {expected:.4g}, got "
+                          "{got:.4g} ({wrong} of {n} entries wrong)", what=what,
+                          where=_where(idx, axes), expected=e[idx].item(), got=g[idx].item(),
+                          wrong=int((~close).sum()), n=close.numel())
     if problem is not None:
         known = next((h for wrong, h in mistakes if _matches(got, wrong, atol, rtol)), None)
         raise _Failure(problem, known or hint)
@@ -109,7 +115,7 @@ def _as_number(got: Any, what: str) -> float:
     if isinstance(got, Tensor) and got.numel() == 1:
         got = got.item()
     if isinstance(got, bool) or not isinstance(got, (int, float)):
-        raise _Failure(f"{what} should be a number, got {_describe(got)}")
+        raise _Failure(say("{what} should be a number, got {got}", what=what, got=_describe(got)))
     return float(got)
 
 
@@ -122,12 +128,14 @@ def _compare_number(got: Any, expected: float, what: str, *, rel_tol: float = 1e
     """
     value = _as_number(got, what)
     if value != value:  # NaN
-        raise _Failure(f"NaN appeared in {what} (expected {expected:.6g})")
+        raise _Failure(say("NaN appeared in {what} (expected {expected:.6g})", what=what,
+                           expected=expected))
     if abs(value - expected) <= rel_tol * abs(expected):
         return
     known = next((hint for wrong, hint in mistakes
                   if abs(value - wrong) <= rel_tol * abs(wrong)), None)
-    raise _Failure(f"wrong value for {what}: expected {expected:.6g}, got {value:.6g}", known)
+    raise _Failure(say("wrong value for {what}: expected {expected:.6g}, got {value:.6g}",
+                       what=what, expected=expected, value=value), known)
 
 
 def _known_mistakes(formula: Callable[..., float], args: Sequence[Any], names: Sequence[str],

@@ -61,6 +61,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from transformer_lib.checks._messages import say
 from transformer_lib.checks._watched import _OPS, _restore, _snapshot
 
 _LIBRARY = "transformer_lib"
@@ -103,23 +104,23 @@ class Rules:
         for name in self.allow:
             parts = name.split(".")
             if len(parts) > 2 or any(not p or p.startswith("_") for p in parts):
-                raise ValueError(f"allow lists public library names such as 'causal_mask' or "
-                                 f"'Decoder.new_cache', got {name!r}")
+                raise ValueError(say("allow lists public library names such as 'causal_mask' or "
+                                     "'Decoder.new_cache', got {name!r}", name=name))
 
     def explain(self) -> str:
         """The rules in words, for a checker's hint."""
-        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing"
-        return f"allowed from the library: {allowed}"
+        allowed = ", ".join("`" + n + "`" for n in self.allow) or say("nothing")
+        return say("allowed from the library: {allowed}", allowed=allowed)
 
     def sentence(self) -> str:
         """The rules as the exercise's text states them, one line: "Allowed from the library:
         `causal_mask`. Not allowed: `torch.softmax`." (``tests/test_cheats.py`` checks that
         every exercise's text holds this line.)"""
-        allowed = ", ".join(f"`{n}`" for n in self.allow) or "nothing"
-        line = f"Allowed from the library: {allowed}."
-        if self.refuse:
-            line += " Not allowed: " + ", ".join(f"`{n}`" for n in self.refuse) + "."
-        return line
+        allowed = ", ".join("`" + n + "`" for n in self.allow) or say("nothing")
+        if not self.refuse:
+            return say("Allowed from the library: {allowed}.", allowed=allowed)
+        return say("Allowed from the library: {allowed}. Not allowed: {refused}.",
+                   allowed=allowed, refused=", ".join("`" + n + "`" for n in self.refuse))
 
 
 _GIVEN: set[CodeType] = set()
@@ -137,8 +138,8 @@ class Refused(Exception):
     """The student's code called ``name``, which the exercise asks them to write."""
 
     def __init__(self, name: str):
-        super().__init__(f"this exercise asks you to write it yourself: `{name}` is not "
-                         "allowed here")
+        super().__init__(say("this exercise asks you to write it yourself: `{name}` is not "
+                             "allowed here", name=name))
         self.name = name
 
 
@@ -238,7 +239,7 @@ def _resolve(dotted: str) -> Any:
         for attr in parts[cut:]:
             obj = getattr(obj, attr)
         return obj
-    raise ValueError(f"cannot find {dotted!r} to refuse it")
+    raise ValueError(say("cannot find {dotted!r} to refuse it", dotted=dotted))
 
 
 def _codes_of(obj: Any) -> list[CodeType]:
@@ -290,7 +291,7 @@ class _Guard(TorchFunctionMode):
                 self.refused_torch[id(obj)] = name
                 self.refused_builtins[id(obj)] = name  # a direct call, even with modes off
                 obj = getattr(obj, "__wrapped__", None)
-        self.ops = {op: f"torch.ops.aten.{op}" for name in rules.refuse
+        self.ops = {op: "torch.ops.aten." + op for name in rules.refuse
                     for op in _OPS.get(name, ())}
         self.switch_types = tuple(t for t in (getattr(torch._C, "DisableTorchFunction", None),
                                               getattr(torch._C, "DisableTorchFunctionSubclass",
@@ -318,7 +319,7 @@ class _Guard(TorchFunctionMode):
             parts = [type(owner).__name__, frame.f_code.co_name]
         # A constructor or a dunder method is shown as its class: `attention.MultiHeadAttention`.
         public = parts[:-1] if len(parts) > 1 and parts[-1].startswith("__") else parts
-        shown = f"{module}.{'.'.join(public)}"
+        shown = module + "." + ".".join(public)
         if module.startswith(_CHECKS):
             return shown
         if any(_is_private(p) for p in module.split(".")) or any(_is_private(p) for p in parts):
@@ -331,7 +332,7 @@ class _Guard(TorchFunctionMode):
         if event == "c_call":
             name = self.refused_builtins.get(id(arg))
             if name is None and isinstance(getattr(arg, "__self__", None), self.switch_types):
-                name = f"torch._C.{type(arg.__self__).__name__}"
+                name = "torch._C." + type(arg.__self__).__name__
                 if getattr(arg, "__name__", "") == "__exit__":
                     # A `with` block calls __enter__ unseen and __exit__ as a call: record
                     # the switch, but let the exit run, so that the modes come back on.
@@ -348,7 +349,7 @@ class _Guard(TorchFunctionMode):
             name = self._library_verdict(frame)
         elif kind == _GUARD:  # the guard's own functions, but for its hooks, run by Python
             code = frame.f_code
-            name = None if code in _HOOKS else f"{__name__}.{_qualname(code)}"
+            name = None if code in _HOOKS else __name__ + "." + _qualname(code)
         elif kind == _FRAMEWORK:
             code = frame.f_code
             name = self.refused_codes.get(code)
@@ -360,7 +361,7 @@ class _Guard(TorchFunctionMode):
                 module = frame.f_globals.get("__name__", "")
                 if module.startswith(self.refused_packages) or (
                         self.refused_folders and code.co_filename.startswith(self.refused_folders)):
-                    name = f"{module}.{_qualname(code)}"
+                    name = module + "." + _qualname(code)
         else:
             return
         if name is not None and _caller(frame.f_back) == _STUDENT:
@@ -427,7 +428,7 @@ def guard(rules: Rules) -> Iterator[_Guard]:
         sys.setprofile(previous)
         threading.setprofile(previous_thread)
     if _restore(before):
-        watcher.refusals.append(f"{_CHECKS} (its code or rules changed)")
+        watcher.refusals.append(say("{checks} (its code or rules changed)", checks=_CHECKS))
 
 
 _HOOKS |= {guard.__wrapped__.__code__}  # its generator, resumed when the block ends

@@ -31,6 +31,7 @@ from transformer_lib.checks._compare import (  # noqa: F401 - the harness's name
     _matches,
 )
 from transformer_lib.checks._guard import Rules
+from transformer_lib.checks._messages import say
 from transformer_lib.checks._results import (  # noqa: F401
     Case,
     CheckResult,
@@ -74,7 +75,8 @@ def _run(exercise: str, fn: Any, cases: Sequence[Case], *, rules: Rules,
     """
     name = getattr(fn, "__name__", exercise)
     if not (isinstance(fn, type) if kind == "class" else callable(fn)):
-        head = f"{exercise}: expected a {kind} to check, got {_describe(fn)}."
+        head = say("{exercise}: expected a {kind} to check, got {got}.", exercise=exercise,
+                   kind=kind, got=_describe(fn))
         return _finish(exercise, False, False, [head], [head])
     token = _RULES.set(rules)
     try:
@@ -92,41 +94,50 @@ def _run_cases(exercise: str, fn: Any, name: str, cases: Sequence[Case]) -> Chec
             run()
         except _NotAttempted as exc:
             if exc.where in (None, name, "<lambda>"):
-                head = (f"{exercise}: not attempted yet: `{name}` still raises "
-                        "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
-                        "with your code, then run this cell again.")
+                head = say("{exercise}: not attempted yet: `{name}` still raises "
+                           "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
+                           "with your code, then run this cell again.", exercise=exercise,
+                           name=name)
             elif isinstance(fn, type) and callable(getattr(fn, exc.where, None)):
-                head = (f"{exercise}: not attempted yet: `{name}.{exc.where}` still raises "
-                        "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
-                        "of each method with your code, then run this cell again.")
+                head = say("{exercise}: not attempted yet: `{name}.{where}` still raises "
+                           "NotImplementedError. Replace `# YOUR CODE HERE` and the `raise` line "
+                           "of each method with your code, then run this cell again.",
+                           exercise=exercise, name=name, where=exc.where)
             else:
-                head = (f"{exercise}: not attempted yet: `{name}` calls `{exc.where}`, which still "
-                        f"raises NotImplementedError. Complete `{exc.where}` first.")
+                head = say("{exercise}: not attempted yet: `{name}` calls `{where}`, which "
+                           "still raises NotImplementedError. Complete `{where}` first.",
+                           exercise=exercise, name=name, where=exc.where)
             return _finish(exercise, False, False, [head], [head])
         except _Failure as exc:
-            failures.append(f"{description}: {exc.message}")
-            lines.append(f"  ✗ {description}: {exc.message}")
+            failures.append(say("{description}: {message}", description=description,
+                                message=exc.message))
+            lines.append(say("  ✗ {description}: {message}", description=description,
+                             message=exc.message))
             if exc.hint and exc.hint not in hints:  # each hint once
                 hints.add(exc.hint)
-                lines.append(f"      Hint: {exc.hint}")
+                lines.append(say("      Hint: {hint}", hint=exc.hint))
             if exc.refused:  # the same call would be refused in every case: stop here
                 rest = cases[index + 1:]
-                failures += [f"{d}: not run after the refused call" for d, _ in rest]
+                failures += [say("{description}: not run after the refused call",
+                                 description=d) for d, _ in rest]
                 if rest:
-                    lines.append(f"  … {len(rest)} more check(s) not run after the refused "
-                                 "call")
+                    lines.append(say("  … {n} more check(s) not run after the refused call",
+                                     n=len(rest)))
                 break
         except Exception as exc:  # noqa: BLE001 - whatever happens, the notebook goes on
-            message = f"could not be checked ({_one_line(exc)})"
-            failures.append(f"{description}: {message}")
-            lines.append(f"  ✗ {description}: {message}")
+            message = say("could not be checked ({error})", error=_one_line(exc))
+            failures.append(say("{description}: {message}", description=description,
+                                message=message))
+            lines.append(say("  ✗ {description}: {message}", description=description,
+                             message=message))
         else:
-            lines.append(f"  ✓ {description}")
+            lines.append(say("  ✓ {description}", description=description))
     n = len(cases)
     if failures:
-        head = f"{exercise}: {n - len(failures)} of {n} checks passed."
+        head = say("{exercise}: {passed} of {n} checks passed.", exercise=exercise,
+                   passed=n - len(failures), n=n)
     else:
-        head = f"{exercise}: all {n} checks passed."
+        head = say("{exercise}: all {n} checks passed.", exercise=exercise, n=n)
     return _finish(exercise, not failures, True, [head, *lines], failures)
 
 
@@ -142,26 +153,32 @@ def _finish(exercise: str, passed: bool, attempted: bool, lines: list[str],
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package
 
-# Error messages that have a usual cause, and what to do about it.
-_ERROR_HINTS = [
-    ("view size is not compatible",
-     "after a transpose the tensor is no longer contiguous, so .view cannot merge its axes: "
-     "use .reshape (or .contiguous().view)"),
-    ("must match the size of tensor",
-     "two shapes do not broadcast: a reduction such as .sum(dim) or .amax(dim) drops that axis "
-     "unless you pass keepdim=True"),
-    ("cannot be multiplied",
-     "check which axes the matmul contracts: the scores are q @ kᵀ, with k.transpose(-2, -1)"),
-    ("batch2 tensor",
-     "check which axes the matmul contracts: the scores are q @ kᵀ, with k.transpose(-2, -1)"),
-    ("expected scalar type",
-     "the two tensors have different dtypes: convert one with .to(other.dtype)"),
-]
+
+def _error_hints() -> list[tuple[tuple[str, ...], str]]:
+    """PyTorch's error messages that have a usual cause, and what to do about it: the words
+    of the error (matched as they are, joined by spaces) and the hint."""
+    return [
+        (("view", "size", "is", "not", "compatible"),
+         say("after a transpose the tensor is no longer contiguous, so .view cannot merge its "
+             "axes: use .reshape (or .contiguous().view)")),
+        (("must", "match", "the", "size", "of", "tensor"),
+         say("two shapes do not broadcast: a reduction such as .sum(dim) or .amax(dim) drops "
+             "that axis unless you pass keepdim=True")),
+        (("cannot", "be", "multiplied"),
+         say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
+             "k.transpose(-2, -1)")),
+        (("batch2", "tensor"),
+         say("check which axes the matmul contracts: the scores are q @ kᵀ, with "
+             "k.transpose(-2, -1)")),
+        (("expected", "scalar", "type"),
+         say("the two tensors have different dtypes: convert one with .to(other.dtype)")),
+    ]
 
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    summary = type(exc).__name__ + (f": {text[0]}" if text else "")
+    summary = say("{kind}: {text}", kind=type(exc).__name__, text=text[0]) if text else (
+        type(exc).__name__)
     return summary if len(summary) <= 200 else summary[:197] + "..."
 
 
@@ -177,6 +194,9 @@ def _student_line(exc: BaseException) -> str | None:
     return frames[-1].line.strip() if frames and frames[-1].line else None
 
 
+_STUB_LINE = ("raise", "NotImplementedError")  # how the stub's line starts, word by word
+
+
 def _is_stub(exc: NotImplementedError) -> bool:
     """Whether ``exc`` comes from an exercise's stub, the ``raise NotImplementedError()`` line
     the student has not replaced yet, rather than from code that runs (PyTorch raises
@@ -188,7 +208,7 @@ def _is_stub(exc: NotImplementedError) -> bool:
     line = _student_line(exc)
     if line is None:
         return exc.args == ()
-    return line.startswith("raise NotImplementedError")
+    return line.startswith(" ".join(_STUB_LINE))
 
 
 def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
@@ -210,9 +230,10 @@ def _attempt(fn: Callable, args: Sequence[Any]) -> Any:
             if not watch.refusals:
                 raise
     if watch.refusals:
-        raise _Failure(f"this exercise asks you to write it yourself: `{watch.refusals[0]}` "
-                       "is not allowed here", f"{rules.explain()}; write the rest with "
-                       "tensor operations", refused=True) from None
+        raise _Failure(say("this exercise asks you to write it yourself: `{name}` is not "
+                           "allowed here", name=watch.refusals[0]),
+                       say("{rules}; write the rest with tensor operations",
+                           rules=rules.explain()), refused=True) from None
     return result
 
 
@@ -236,19 +257,22 @@ def _call(fn: Callable, args: Sequence[Any], names: Sequence[str], *,
         raise
     except Exception as exc:  # noqa: BLE001 - reported, never raised into the notebook
         line = _student_line(exc)
-        where = f" at `{line}`" if line else ""
-        hint = next((h for pattern, h in _ERROR_HINTS if pattern in str(exc)), None)
-        raise _Failure(f"raised {_one_line(exc)}{where}", hint) from None
+        hint = next((h for words, h in _error_hints() if " ".join(words) in str(exc)), None)
+        if line:
+            raise _Failure(say("raised {error} at `{line}`", error=_one_line(exc), line=line),
+                           hint) from None
+        raise _Failure(say("raised {error}", error=_one_line(exc)), hint) from None
     for arg, original, name in zip(inputs, args, names):
         if isinstance(arg, Tensor) and not torch.equal(arg, original):
-            raise _Failure(f"changed its input `{name}` in place",
-                           "work on new tensors: write `x = x - m` rather than `x -= m` or "
-                           "`x.sub_(m)`; the caller still needs its tensor")
+            raise _Failure(say("changed its input `{name}` in place", name=name),
+                           say("work on new tensors: write `x = x - m` rather than `x -= m` or "
+                               "`x.sub_(m)`; the caller still needs its tensor"))
     odd = _disguised(result)
     if odd is not None:
-        raise _Failure(f"returned a value of type `{odd}`, a subclass of a tensor or a number",
-                       "return plain tensors and numbers: a subclass can change what a "
-                       "comparison says")
+        raise _Failure(say("returned a value of type `{odd}`, a subclass of a tensor or a "
+                           "number", odd=odd),
+                       say("return plain tensors and numbers: a subclass can change what a "
+                           "comparison says"))
     return result
 
 
@@ -280,16 +304,18 @@ def _expect_value_error(fn: Callable, args: Sequence[Any], reason: str,
     except ValueError as exc:
         missing = [v for v in must_name if v not in str(exc)]
         if missing:
-            raise _Failure(f"raised a ValueError, but its message ({str(exc)!r}) does not give "
-                           f"the sizes {', '.join(must_name)}",
-                           "say what is wrong with which values, e.g. "
-                           "\"C (10) must be divisible by n_heads (3)\"") from None
+            raise _Failure(say("raised a ValueError, but its message ({message!r}) does not "
+                               "give the sizes {sizes}", message=str(exc),
+                               sizes=", ".join(must_name)),
+                           say("say what is wrong with which values, e.g. "
+                               "\"C (10) must be divisible by n_heads (3)\"")) from None
         return
     except Exception as exc:  # noqa: BLE001
-        raise _Failure(f"raised {_one_line(exc)} instead of a ValueError",
-                       f"check the sizes first: {reason}; raise a ValueError that says "
-                       "so") from None
-    raise _Failure(f"returned {_describe(result)} instead of raising a ValueError ({reason})")
+        raise _Failure(say("raised {error} instead of a ValueError", error=_one_line(exc)),
+                       say("check the sizes first: {reason}; raise a ValueError that says "
+                           "so", reason=reason)) from None
+    raise _Failure(say("returned {got} instead of raising a ValueError ({reason})",
+                       got=_describe(result), reason=reason))
 
 
 @_guard.given
@@ -324,11 +350,13 @@ def _fixed_work(fn: Callable, small: Sequence[Any], large: Sequence[Any], names:
         counts.append(ops.count)
     if counts[1] > counts[0]:
         raise _Failure(
-            f"the work grows with the size of a {unit}: {counts[0]} PyTorch operations for "
-            f"{sizes[0]}, {counts[1]} for {sizes[1]}, the same number of {unit}s",
-            f"compute each {unit} with whole-tensor operations (matrix products over the "
-            f"{unit}), not with a loop over its tokens: the number of operations may depend on "
-            f"the number of {unit}s, never on their size")
+            say("the work grows with the size of a {unit}: {small} PyTorch operations for "
+                "{small_input}, {large} for {large_input}, the same number of {unit}s",
+                unit=unit, small=counts[0], small_input=sizes[0], large=counts[1],
+                large_input=sizes[1]),
+            say("compute each {unit} with whole-tensor operations (matrix products over the "
+                "{unit}), not with a loop over its tokens: the number of operations may depend "
+                "on the number of {unit}s, never on their size", unit=unit))
 
 
 def _items(got: Any, n: int, what: str) -> tuple:
@@ -340,6 +368,6 @@ def _items(got: Any, n: int, what: str) -> tuple:
         what: the return value in words, e.g. ``"the pair (out, weights)"``.
     """
     if not isinstance(got, (tuple, list)) or len(got) != n:
-        raise _Failure(f"returned {_describe(got)}: return {what}")
+        raise _Failure(say("returned {got}: return {what}", got=_describe(got), what=what))
     return tuple(got)
 

@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 from torch import Tensor
 
+from transformer_lib.checks._messages import say
+
 # Results ----------------------------------------------------------------------------------
 
 
@@ -46,9 +48,9 @@ class CheckResult:
         return self.report
 
     def __repr__(self) -> str:
-        state = "passed" if self.passed else "not attempted yet" if not self.attempted else (
-            f"{len(self.failures)} check(s) failed")
-        return f"CheckResult({self.exercise}: {state})"
+        state = say("passed") if self.passed else say("not attempted yet") if not (
+            self.attempted) else say("{failed} check(s) failed", failed=len(self.failures))
+        return say("CheckResult({exercise}: {state})", exercise=self.exercise, state=state)
 
 
 class _Failure(Exception):
@@ -76,9 +78,9 @@ Case = tuple[str, Callable[[], None]]  # (what the check does, run it: raises _F
 
 def _describe(value: Any) -> str:
     if value is None:
-        return "None (is a `return` missing?)"
+        return say("None (is a `return` missing?)")
     if isinstance(value, Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
+        return say("a tensor of shape {shape}", shape=tuple(value.shape))
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return f"a value of type {type(value).__name__}"
+        return say("a {kind} of {n} items", kind=type(value).__name__, n=len(value))
+    return say("a value of type {kind}", kind=type(value).__name__)

@@ -22,6 +22,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -54,25 +55,27 @@ def check_score_scale(score_scale: Callable[[int, float], float]) -> CheckResult
             got = _call(score_scale, [d_k, sigma], ["d_k", "sigma"])
             root = math.sqrt(d_k)
             mistakes = [
-                (root, "σ is missing: √d_k is the answer only for unit variance; with entries "
-                       "of variance σ² the scores spread more (or less)"),
-                (sigma * root, "one factor σ is missing: each product q_i k_i has variance "
-                               "E[q_i²] E[k_i²] = σ² · σ² = σ⁴, so its standard deviation is σ²"),
-                (d_k * sigma**4, "that is the variance of q · k; divide by its standard "
-                                 "deviation, the square root of the variance"),
-                (d_k * sigma**2, "d_k enters as √d_k: the d_k products add their variances, and "
-                                 "the standard deviation is the square root of that sum"),
-                (root / sigma**2, "σ² belongs in the divisor's numerator: larger entries give "
-                                  "larger scores, which need a larger divisor"),
+                (root, say("σ is missing: √d_k is the answer only for unit variance; with "
+                           "entries of variance σ² the scores spread more (or less)")),
+                (sigma * root, say("one factor σ is missing: each product q_i k_i has variance "
+                                   "E[q_i²] E[k_i²] = σ² · σ² = σ⁴, so its standard deviation "
+                                   "is σ²")),
+                (d_k * sigma**4, say("that is the variance of q · k; divide by its standard "
+                                     "deviation, the square root of the variance")),
+                (d_k * sigma**2, say("d_k enters as √d_k: the d_k products add their variances, "
+                                     "and the standard deviation is the square root of that "
+                                     "sum")),
+                (root / sigma**2, say("σ² belongs in the divisor's numerator: larger entries "
+                                      "give larger scores, which need a larger divisor")),
             ]
-            _compare_number(got, sigma**2 * root, "the scale", mistakes=mistakes)
+            _compare_number(got, sigma**2 * root, say("the scale"), mistakes=mistakes)
         return run
 
     return _run("score_scale", score_scale, [
-        ("d_k = 64, σ = 1: the chapter's case", case(64, 1.0)),
-        ("d_k = 64, σ = 2", case(64, 2.0)),
-        ("d_k = 9, σ = 0.5", case(9, 0.5)),
-        ("d_k = 1024, σ = 0.05", case(1024, 0.05)),
+        (say("d_k = 64, σ = 1: the chapter's case"), case(64, 1.0)),
+        (say("d_k = 64, σ = 2"), case(64, 2.0)),
+        (say("d_k = 9, σ = 0.5"), case(9, 0.5)),
+        (say("d_k = 1024, σ = 0.05"), case(1024, 0.05)),
     ], rules=RULES["score_scale"])
 
 
@@ -110,8 +113,9 @@ def check_left_padded_causal_mask(
             want = _left_padded(lens, T, S)  # (B, 1, T, S)
             B = len(lengths)
             if isinstance(got, Tensor) and got.shape == want.shape and got.dtype != torch.bool:
-                raise _Failure(f"the mask should be boolean (True = may attend), got {got.dtype}",
-                               "comparisons (<, >=, ...) give booleans; combine them with &")
+                raise _Failure(say("the mask should be boolean (True = may attend), got "
+                                   "{dtype}", dtype=got.dtype),
+                               say("comparisons (<, >=, ...) give booleans; combine them with &"))
             keys = torch.arange(S)  # (S,) key positions
             queries = torch.arange(S - T, S)  # (T,) query positions
             causal = causal_mask(T, S).expand(B, 1, T, S)  # (B, 1, T, S)
@@ -124,49 +128,54 @@ def check_left_padded_causal_mask(
 
             mistakes = [
                 (real(keys[None, :] < lens[:, None]) & causal,
-                 "this pads on the right: here the padding comes *first*, and the real tokens "
-                 "are the last lengths[b] positions, from S - lengths[b] on"),
+                 say("this pads on the right: here the padding comes *first*, and the real "
+                     "tokens are the last lengths[b] positions, from S - lengths[b] on")),
                 (real(keys[None, :] >= first_real) & torch.ones(T, S, dtype=torch.bool).tril(),
-                 "the queries are the *last* T of the S positions (query i sits at position "
-                 "S - T + i): shift the diagonal of the causal part by S - T"),
+                 say("the queries are the *last* T of the S positions (query i sits at "
+                     "position S - T + i): shift the diagonal of the causal part by S - T")),
                 (real(keys[None, :] >= first_real),
-                 "a query reads keys in its future: combine the padding with the causal mask"),
-                (causal, "padding keys are visible: block the first S - lengths[b] keys of "
-                         "sequence b"),
+                 say("a query reads keys in its future: combine the padding with the causal "
+                     "mask")),
+                (causal, say("padding keys are visible: block the first S - lengths[b] keys of "
+                             "sequence b")),
                 (real(keys[None, :] > first_real) & causal,
-                 "off by one: the first real token of sequence b sits at position "
-                 "S - lengths[b], and it is a key like the others"),
+                 say("off by one: the first real token of sequence b sits at position "
+                     "S - lengths[b], and it is a key like the others")),
                 (real(keys[None, :] >= first_real - 1) & causal,
-                 "off by one: one padding position per sequence is visible; the real tokens "
-                 "start at position S - lengths[b]"),
+                 say("off by one: one padding position per sequence is visible; the real "
+                     "tokens start at position S - lengths[b]")),
                 (want | (padded_query & own_key),
-                 "padded queries may read their own padding here: a padded query reads "
-                 "nothing at all; the attention function turns such empty rows into zeros"),
-                (~want, "True means *may attend*: this mask is inverted"),
+                 say("padded queries may read their own padding here: a padded query reads "
+                     "nothing at all; the attention function turns such empty rows into "
+                     "zeros")),
+                (~want, say("True means *may attend*: this mask is inverted")),
             ]
             hints = {  # a later entry wins where two shapes coincide
-                (B, 1, S, S): "one row per query: only the last T positions ask, (B, 1, T, S)",
-                (B, 1, T, T): "one column per key, the kept earlier positions included: "
-                              "(B, 1, T, S)",
-                (T, S): "one mask per sequence, since the padding differs: (B, 1, T, S)",
-                (B, S): "that says which positions are real; the mask says, for every query, "
-                        "which keys it may read: (B, 1, T, S)",
-                (B, 1, 1, S): "this is the key padding alone, one row for every query: "
-                              "combine it with the causal (T, S) mask",
-                (B, T, S): "add an axis of size 1 for the heads: scores are (B, H, T, S), and "
-                           "broadcasting lines shapes up from the right, so a (B, T, S) mask "
-                           "would pair sequence b with head b",
+                (B, 1, S, S): say("one row per query: only the last T positions ask, "
+                                  "(B, 1, T, S)"),
+                (B, 1, T, T): say("one column per key, the kept earlier positions included: "
+                                  "(B, 1, T, S)"),
+                (T, S): say("one mask per sequence, since the padding differs: (B, 1, T, S)"),
+                (B, S): say("that says which positions are real; the mask says, for every "
+                            "query, which keys it may read: (B, 1, T, S)"),
+                (B, 1, 1, S): say("this is the key padding alone, one row for every query: "
+                                  "combine it with the causal (T, S) mask"),
+                (B, T, S): say("add an axis of size 1 for the heads: scores are (B, H, T, S), "
+                               "and broadcasting lines shapes up from the right, so a (B, T, S) "
+                               "mask would pair sequence b with head b"),
             }
-            _compare(got, want, "the mask", letters="(B, 1, T, S)",
-                     axes=("sequence", "head", "query", "key"), mistakes=mistakes,
+            _compare(got, want, say("the mask"), letters=say("(B, 1, T, S)"),
+                     axes=(say("sequence"), say("head"), say("query"), say("key")),
+                     mistakes=mistakes,
                      shape_hints=hints)
         return run
 
     return _run("left_padded_causal_mask", left_padded_causal_mask, [
-        ("a whole prompt: lengths [4, 2, 1], T = S = 4", case([4, 2, 1], 4, 4)),
-        ("one step of generation: lengths [5, 3], T = 1, S = 5", case([5, 3], 1, 5)),
-        ("3 new positions: lengths [1, 3, 6, 2], T = 3, S = 6", case([1, 3, 6, 2], 3, 6)),
-        ("no padding: lengths [5, 5], T = 2, S = 5", case([5, 5], 2, 5)),
+        (say("a whole prompt: lengths [4, 2, 1], T = S = 4"), case([4, 2, 1], 4, 4)),
+        (say("one step of generation: lengths [5, 3], T = 1, S = 5"), case([5, 3], 1, 5)),
+        (say("3 new positions: lengths [1, 3, 6, 2], T = 3, S = 6"),
+         case([1, 3, 6, 2], 3, 6)),
+        (say("no padding: lengths [5, 5], T = 2, S = 5"), case([5, 5], 2, 5)),
     ], rules=RULES["left_padded_causal_mask"])
 
 
@@ -191,18 +200,20 @@ class _WatchWeights(TorchFunctionMode):
         if self.found is None and "scaled_dot_product_attention" in getattr(func, "__name__", ""):
             q = args[0] if args else kwargs.get("query")
             if isinstance(q, Tensor) and q.dim() >= 2 and q.shape[-2] > self.chunk:
-                self.found = (f"F.scaled_dot_product_attention ran on {q.shape[-2]} queries at "
-                              f"once (chunk = {self.chunk})")
+                self.found = say("F.scaled_dot_product_attention ran on {queries} queries at "
+                                 "once (chunk = {chunk})", queries=q.shape[-2], chunk=self.chunk)
         result = func(*args, **kwargs)
         if self.found is None:
             for t in result if isinstance(result, (tuple, list)) else (result,):
                 if (isinstance(t, Tensor) and t.is_floating_point() and t.dim() >= 2
                         and t.numel() > self.limit * self.heads):
-                    self.found = (f"a floating-point tensor of shape {tuple(t.shape)} was "
-                                  f"created: {t.numel() // self.heads} numbers per head, more "
-                                  f"than the weights of {self.chunk} queries against all "
-                                  f"{self.T} keys ({self.chunk} × {self.T}); the weights (or "
-                                  "scores) of all queries at once, perhaps with keys added")
+                    self.found = say("a floating-point tensor of shape {shape} was created: "
+                                     "{per_head} numbers per head, more than the weights of "
+                                     "{chunk} queries against all {T} keys ({chunk} × {T}); "
+                                     "the weights (or scores) of all queries at once, perhaps "
+                                     "with keys added", shape=tuple(t.shape),
+                                     per_head=t.numel() // self.heads, chunk=self.chunk,
+                                     T=self.T)
                     break
         return result
 
@@ -216,8 +227,8 @@ def _chunk_masks(T: int, chunk: int) -> dict[str, Tensor]:
     return {
         "block": j < end,
         "local": (j >= start) & (j <= i),
-        "local, both ways": (j >= start) & (j < end),
-        "no offset": j <= i - start,
+        "both_ways": (j >= start) & (j < end),
+        "no_offset": j <= i - start,
         "none": torch.ones(T, T, dtype=torch.bool),
     }
 
@@ -254,35 +265,40 @@ def check_chunked_causal_attention(
                 return scaled_dot_product_attention(q * scale, k, v, mask)[0]  # (..., T, Dv)
 
             mistakes = [
-                (out(masks["block"]), "queries read the later positions of their own chunk: "
-                                      "inside a chunk the mask must still be causal"),
-                (out(masks["local"]), "each chunk reads only its own keys: a query reads every "
-                                      "earlier position, those of earlier chunks too"),
-                (out(masks["local, both ways"]), "each chunk reads only its own keys, and its "
-                                                 "future: a query reads every earlier "
-                                                 "position and no later one"),
-                (out(masks["no offset"]), "the mask of a chunk ignores where the chunk starts: "
-                                          "its first query is position `start`, not 0, so it "
-                                          "may read keys 0 … start"),
-                (out(masks["none"]), "no mask: every query reads the whole sequence, its "
-                                     "future included"),
+                (out(masks["block"]), say("queries read the later positions of their own "
+                                          "chunk: inside a chunk the mask must still be "
+                                          "causal")),
+                (out(masks["local"]), say("each chunk reads only its own keys: a query reads "
+                                          "every earlier position, those of earlier chunks "
+                                          "too")),
+                (out(masks["both_ways"]), say("each chunk reads only its own keys, and its "
+                                              "future: a query reads every earlier position "
+                                              "and no later one")),
+                (out(masks["no_offset"]), say("the mask of a chunk ignores where the chunk "
+                                              "starts: its first query is position `start`, "
+                                              "not 0, so it may read keys 0 … start")),
+                (out(masks["none"]), say("no mask: every query reads the whole sequence, its "
+                                         "future included")),
                 (out(causal_mask(T), math.sqrt(D)),
-                 f"the scores were not divided by √D (√{D} = {math.sqrt(D):.3g})"),
+                 say("the scores were not divided by √D (√{D} = {root:.3g})", D=D,
+                     root=math.sqrt(D))),
             ]
             short = T - T % chunk
-            axes = {2: ("query", "feature"), 3: ("batch", "query", "feature"),
-                    4: ("batch", "head", "query", "feature")}.get(want.dim())
-            _compare(got, want, "the output", letters="(..., T, Dv)", axes=axes,
+            query, feature, batch, head = (say("query"), say("feature"), say("batch"),
+                                           say("head"))
+            axes = {2: (query, feature), 3: (batch, query, feature),
+                    4: (batch, head, query, feature)}.get(want.dim())
+            _compare(got, want, say("the output"), letters=say("(..., T, Dv)"), axes=axes,
                      mistakes=mistakes,
                      shape_hints={
                          (*want.shape[:-2], short, want.shape[-1]):
-                             f"the last, shorter chunk is missing: T = {T} is not a multiple "
-                             f"of chunk = {chunk}",
+                             say("the last, shorter chunk is missing: T = {T} is not a "
+                                 "multiple of chunk = {chunk}", T=T, chunk=chunk),
                          (*want.shape[:-2], min(chunk, T), want.shape[-1]):
-                             "only one chunk came back: collect the output of every chunk and "
-                             "join them along the query axis",
-                         (*want.shape[:-1], D): f"the output takes its width from v "
-                                                f"(Dv = {v.shape[-1]}), not from q",
+                             say("only one chunk came back: collect the output of every chunk "
+                                 "and join them along the query axis"),
+                         (*want.shape[:-1], D): say("the output takes its width from v "
+                                                    "(Dv = {Dv}), not from q", Dv=v.shape[-1]),
                      })
         return run
 
@@ -294,29 +310,29 @@ def check_chunked_causal_attention(
                 _call(chunked_causal_attention, [q, k, v, chunk], ["q", "k", "v", "chunk"])
             if watch.found:
                 raise _Failure(watch.found,
-                               "compute the attention of one chunk of queries at a time, "
-                               "q[..., start:end, :], against the keys it may read, and join "
-                               "the outputs")
+                               say("compute the attention of one chunk of queries at a time, "
+                                   "q[..., start:end, :], against the keys it may read, and "
+                                   "join the outputs"))
         return run
 
     def fixed_work() -> None:
         small, large = inputs((2, 8, 4), 4), inputs((2, 16, 4), 4)
         _fixed_work(chunked_causal_attention, [*small, 4], [*large, 8],
-                    ["q", "k", "v", "chunk"], "chunk",
-                    ("T = 8 in chunks of 4", "T = 16 in chunks of 8"))
+                    ["q", "k", "v", "chunk"], say("chunk"),
+                    (say("T = 8 in chunks of 4"), say("T = 16 in chunks of 8")))
 
     q, k, v = inputs((2, 3, 12, 8), 8)
     q10, k10, v10 = inputs((10, 8), 8)
     q5, k5, v5 = inputs((2, 12, 4), 5)
     return _run("chunked_causal_attention", chunked_causal_attention, [
-        ("q, k, v (2, 3, 12, 8) in chunks of 4", case(q, k, v, 4)),
-        ("T = 10 in chunks of 4: the last chunk has 2 queries; no batch or head axes",
+        (say("q, k, v (2, 3, 12, 8) in chunks of 4"), case(q, k, v, 4)),
+        (say("T = 10 in chunks of 4: the last chunk has 2 queries; no batch or head axes"),
          case(q10, k10, v10, 4)),
-        ("chunks of 1: one query at a time", case(q, k, v, 1)),
-        ("chunk = 16, more than T = 12: a single chunk", case(q, k, v, 16)),
-        ("values of width 5, not 4 (Dv ≠ D), in chunks of 5", case(q5, k5, v5, 5)),
-        ("at most `chunk` query rows at once: no (T, T) weights", watched(q, k, v, 4)),
-        ("at most `chunk` query rows at once: T = 12, D = 4, chunks of 3",
+        (say("chunks of 1: one query at a time"), case(q, k, v, 1)),
+        (say("chunk = 16, more than T = 12: a single chunk"), case(q, k, v, 16)),
+        (say("values of width 5, not 4 (Dv ≠ D), in chunks of 5"), case(q5, k5, v5, 5)),
+        (say("at most `chunk` query rows at once: no (T, T) weights"), watched(q, k, v, 4)),
+        (say("at most `chunk` query rows at once: T = 12, D = 4, chunks of 3"),
          watched(q5, k5, v5, 3)),
-        ("the work grows with the number of chunks, not with their size", fixed_work),
+        (say("the work grows with the number of chunks, not with their size"), fixed_work),
     ], rules=RULES["chunked_causal_attention"])

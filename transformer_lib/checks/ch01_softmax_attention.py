@@ -22,6 +22,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 # The framework's softmax, reached in any of its spellings.
 _SOFTMAXES = ("torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax",
@@ -66,8 +67,9 @@ def _rows_sum_to_one(mask: Tensor | None) -> Callable[[Tensor], str | None]:
         bad = visible & ((sums - 1).abs() > 1e-3)
         if bad.any():
             index = tuple(int(i) for i in bad.nonzero()[0])
-            return (f"row {index} of the weights sums to {sums[index].item():.4g}, not 1: a "
-                    "softmax divides by the sum of its own row")
+            return say("row {index} of the weights sums to {total:.4g}, not 1: a softmax "
+                       "divides by the sum of its own row", index=index,
+                       total=sums[index].item())
         return None
     return check
 
@@ -96,21 +98,21 @@ def check_masked_softmax(masked_softmax: Callable[..., Tensor]) -> CheckResult:
             want = _softmax(scores, mask)
             mistakes = [
                 (_softmax(scores, mask, fill=0.0),
-                 "a blocked score set to 0 is still a score: exp(0) = 1 gives the blocked key "
-                 "a share; set it to -inf before the softmax"),
+                 say("a blocked score set to 0 is still a score: exp(0) = 1 gives the blocked "
+                     "key a share; set it to -inf before the softmax")),
                 (_softmax(scores, mask, after=True),
-                 "zeroing the blocked weights after the softmax leaves each row summing to "
-                 "less than 1: block the scores (-inf) before it, or divide by the new sum"),
+                 say("zeroing the blocked weights after the softmax leaves each row summing to "
+                     "less than 1: block the scores (-inf) before it, or divide by the new sum")),
                 (_softmax(scores, mask, dim=-2) if scores.dim() >= 2 else scores,
-                 "the softmax ran over the wrong axis: each query's weights are a row, the "
-                 "last axis"),
+                 say("the softmax ran over the wrong axis: each query's weights are a row, the "
+                     "last axis")),
             ]
             atol = 1e-3 if scores.dtype in (torch.float16, torch.bfloat16) else 1e-6
-            _compare(got, want, "the weights", letters="(..., S)", atol=atol, rtol=atol,
-                     mistakes=mistakes, properties=[_rows_sum_to_one(mask)],
-                     nan_hint="NaN comes from exp(large) overflowing (subtract each row's "
-                              "maximum first) or from a row whose entries are all blocked "
-                              "(0 / 0: give such a row zeros)")
+            _compare(got, want, say("the weights"), letters=say("(..., S)"), atol=atol,
+                     rtol=atol, mistakes=mistakes, properties=[_rows_sum_to_one(mask)],
+                     nan_hint=say("NaN comes from exp(large) overflowing (subtract each row's "
+                                  "maximum first) or from a row whose entries are all blocked "
+                                  "(0 / 0: give such a row zeros)"))
         return run
 
     scores = torch.randn(2, 3, 4, 6, generator=g)  # (B, H, T, S)
@@ -120,13 +122,13 @@ def check_masked_softmax(masked_softmax: Callable[..., Tensor]) -> CheckResult:
     blocked_rows[1] = False  # a query that sees no key
     big = 1000.0 * torch.randn(3, 5, generator=g)
     return _run("masked_softmax", masked_softmax, [
-        ("no mask: (B, H, T, S) = (2, 3, 4, 6)", case(scores, None)),
-        ("a padding mask (B, 1, 1, S) broadcast over heads and queries",
+        (say("no mask: (B, H, T, S) = (2, 3, 4, 6)"), case(scores, None)),
+        (say("a padding mask (B, 1, 1, S) broadcast over heads and queries"),
          case(scores, padding)),
-        ("a query whose keys are all blocked gets zeros, not NaN",
+        (say("a query whose keys are all blocked gets zeros, not NaN"),
          case(torch.randn(4, 6, generator=g), blocked_rows)),
-        ("scores in the thousands: no overflow", case(big, None)),
-        ("bfloat16 scores: the weights stay bfloat16",
+        (say("scores in the thousands: no overflow"), case(big, None)),
+        (say("bfloat16 scores: the weights stay bfloat16"),
          case(torch.randn(3, 8, generator=g).bfloat16(), torch.rand(3, 8, generator=g) > 0.2)),
     ], rules=RULES["masked_softmax"])
 
@@ -176,35 +178,37 @@ def check_attention(attention: Callable[..., tuple]) -> CheckResult:
         def run() -> None:
             args = [q, k, v] if mask is None else [q, k, v, mask]
             names = ["q", "k", "v", "mask"][:len(args)]
-            out, weights = _items(_call(attention, args, names), 2, "the pair (out, weights)")
+            out, weights = _items(_call(attention, args, names), 2,
+                                  say("the pair (out, weights)"))
             want_out, want_weights = _attention(q, k, v, mask)
             wrong = {
                 "√Dv": _attention(q, k, v, mask, scale=1 / math.sqrt(Dv)),
-                "no scale": _attention(q, k, v, mask, scale=1.0),
+                "unscaled": _attention(q, k, v, mask, scale=1.0),
                 "√S": _attention(q, k, v, mask, scale=1 / math.sqrt(S)),
                 "queries": _attention(q, k, v, mask, dim=-2),
                 "after": _attention(q, k, v, mask, mask_after=True),
             }
             hints = {
-                "√Dv": f"the scale is 1/√D with D = {D}, the width of q and k, not of v "
-                       f"(Dv = {Dv})",
-                "no scale": f"divide the scores by √D = √{D} before the softmax",
-                "√S": f"the scale is 1/√D, the width of q and k ({D}), not the number of keys",
-                "queries": "the softmax ran over the queries: each query's weights over the "
-                           "keys (the last axis) must sum to 1",
-                "after": "the mask was applied after the softmax: block the scores with -inf "
-                         "first, so that the allowed weights still sum to 1",
+                "√Dv": say("the scale is 1/√D with D = {D}, the width of q and k, not of v "
+                           "(Dv = {Dv})", D=D, Dv=Dv),
+                "unscaled": say("divide the scores by √D = √{D} before the softmax", D=D),
+                "√S": say("the scale is 1/√D, the width of q and k ({D}), not the number of "
+                          "keys", D=D),
+                "queries": say("the softmax ran over the queries: each query's weights over "
+                               "the keys (the last axis) must sum to 1"),
+                "after": say("the mask was applied after the softmax: block the scores with "
+                             "-inf first, so that the allowed weights still sum to 1"),
             }
-            _compare(weights, want_weights, "the weights", letters="(..., T, S)",
+            _compare(weights, want_weights, say("the weights"), letters=say("(..., T, S)"),
                      mistakes=[(wrong[key][1], hints[key]) for key in wrong if
                                key != "√Dv" or Dv != D],
-                     shape_hints={(*lead, S, T): "the weights are (..., T, S): q @ kᵀ, one row "
-                                                 "per query"})
-            _compare(out, want_out, "out", letters="(..., T, Dv)",
+                     shape_hints={(*lead, S, T): say("the weights are (..., T, S): q @ kᵀ, one "
+                                                     "row per query")})
+            _compare(out, want_out, "out", letters=say("(..., T, Dv)"),
                      mistakes=[(wrong[key][0], hints[key]) for key in wrong if
                                key != "√Dv" or Dv != D],
-                     shape_hints={(*lead, T, D): f"out takes its width from v (Dv = {Dv}), "
-                                                 f"not from q (D = {D})"})
+                     shape_hints={(*lead, T, D): say("out takes its width from v (Dv = {Dv}), "
+                                                     "not from q (D = {D})", Dv=Dv, D=D)})
         return run
 
     padded = torch.ones(2, 1, 1, 7, dtype=torch.bool)
@@ -212,9 +216,10 @@ def check_attention(attention: Callable[..., tuple]) -> CheckResult:
     blind = torch.ones(5, 5, dtype=torch.bool).tril()
     blind[2] = False  # query 2 sees no key
     return _run("attention", attention, [
-        ("(T, D) = (3, 4), (S, Dv) = (5, 6), no mask", case((), 3, 5, 4, 6)),
-        ("(B, H, T, D) = (2, 4, 7, 8) with a padding mask", case((2, 4), 7, 7, 8, 8, padded)),
-        ("a causal mask where query 2 sees no key: its output is 0",
+        (say("(T, D) = (3, 4), (S, Dv) = (5, 6), no mask"), case((), 3, 5, 4, 6)),
+        (say("(B, H, T, D) = (2, 4, 7, 8) with a padding mask"),
+         case((2, 4), 7, 7, 8, 8, padded)),
+        (say("a causal mask where query 2 sees no key: its output is 0"),
          case((3,), 5, 5, 16, 5, blind)),
-        ("one query against 9 keys, D = 64", case((1,), 1, 9, 64, 3)),
+        (say("one query against 9 keys, D = 64"), case((1,), 1, 9, 64, 3)),
     ], rules=RULES["attention"])

@@ -21,6 +21,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -62,42 +63,47 @@ def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple]) 
     def case(tgt: Tensor, bos: int, pad: int) -> Callable[[], None]:
         def run() -> None:
             got = _call(teacher_forcing, [tgt, bos, pad], ["tgt", "bos", "pad"])
-            dec_in, labels = _items(got, 2, "the pair (dec_in, labels)")
+            dec_in, labels = _items(got, 2, say("the pair (dec_in, labels)"))
             start = torch.full_like(tgt[:, :1], bos)  # (B, 1)
             want_in = torch.cat([start, tgt[:, :-1]], dim=1)  # (B, T)
             want_labels = tgt.masked_fill(tgt == pad, IGNORE_INDEX)  # (B, T)
-            axes = ("sequence", "step")
+            axes = (say("sequence"), say("step"))
             longer = {(tgt.shape[0], tgt.shape[1] + 1):
-                      "keep length T: the last target token is never read, drop it from dec_in"}
-            _compare(dec_in, want_in, "dec_in", letters="(B, T)", axes=axes, mistakes=[
-                (tgt, "dec_in is not shifted: the decoder would read the very token it must "
-                      "predict. Put bos first and drop the last target token"),
+                      say("keep length T: the last target token is never read, drop it from "
+                          "dec_in")}
+            _compare(dec_in, want_in, "dec_in", letters=say("(B, T)"), axes=axes, mistakes=[
+                (tgt, say("dec_in is not shifted: the decoder would read the very token it "
+                          "must predict. Put bos first and drop the last target token")),
                 (torch.cat([tgt[:, 1:], start], dim=1),  # (B, T)
-                 "shifted the wrong way: bos comes first, then the targets without their last"),
+                 say("shifted the wrong way: bos comes first, then the targets without their "
+                     "last")),
                 (torch.cat([torch.zeros_like(start), tgt[:, :-1]], dim=1),  # (B, T)
-                 f"the start token is the `bos` argument (here {bos}), not a fixed 0"),
+                 say("the start token is the `bos` argument (here {bos}), not a fixed 0",
+                     bos=bos)),
                 (want_in.masked_fill(want_in == pad, IGNORE_INDEX),
-                 "-100 belongs in the labels only: dec_in holds token ids for the embedding, "
-                 "and -100 is none. Keep the pad id in dec_in"),
+                 say("-100 belongs in the labels only: dec_in holds token ids for the "
+                     "embedding, and -100 is none. Keep the pad id in dec_in")),
             ], shape_hints=longer)
-            _compare(labels, want_labels, "labels", letters="(B, T)", axes=axes, mistakes=[
-                (tgt, "the padding positions still hold the pad id, so the loss would train "
-                      "the model to predict padding: put -100 there (the ignore_index)"),
-                (want_in, "the labels are the targets themselves, not the shifted decoder input: "
-                          "step t reads tokens 0 … t - 1 and predicts token t"),
+            _compare(labels, want_labels, "labels", letters=say("(B, T)"), axes=axes, mistakes=[
+                (tgt, say("the padding positions still hold the pad id, so the loss would "
+                          "train the model to predict padding: put -100 there (the "
+                          "ignore_index)")),
+                (want_in, say("the labels are the targets themselves, not the shifted decoder "
+                              "input: step t reads tokens 0 … t - 1 and predicts token t")),
                 (tgt.masked_fill(tgt == pad, 0),
-                 "0 is a token id like any other, so the loss would still count those "
-                 "positions: use -100, the index the loss ignores"),
+                 say("0 is a token id like any other, so the loss would still count those "
+                     "positions: use -100, the index the loss ignores")),
             ], shape_hints=longer)
         return run
 
     return _run("teacher_forcing", teacher_forcing, [
-        ("no padding: tgt (3, 5), bos = 0, pad = 10",
+        (say("no padding: tgt (3, 5), bos = 0, pad = 10"),
          case(_padded_targets([5, 5, 5], 5, 10, g), 0, 10)),
-        ("padded: lengths 6, 4, 2, bos = 11, pad = 10",
+        (say("padded: lengths 6, 4, 2, bos = 11, pad = 10"),
          case(_padded_targets([6, 4, 2], 6, 10, g), 11, 10)),
-        ("pad = 0, bos = 1, lengths 3, 1", case(_padded_targets([3, 1], 4, 0, g), 1, 0)),
-        ("one token: tgt (2, 1), bos = 5, pad = 0", case(_padded_targets([1, 1], 1, 0, g), 5, 0)),
+        (say("pad = 0, bos = 1, lengths 3, 1"), case(_padded_targets([3, 1], 4, 0, g), 1, 0)),
+        (say("one token: tgt (2, 1), bos = 5, pad = 0"),
+         case(_padded_targets([1, 1], 1, 0, g), 5, 0)),
     ], rules=RULES["teacher_forcing"])
 
 
@@ -149,49 +155,51 @@ def check_head_bilinear_forms(head_bilinear_forms: Callable[[Tensor, Tensor, int
             from_forms = x[0] @ forms.float() @ x[0].T  # (H, T, T)
             if not torch.allclose(from_forms, scores, atol=1e-4, rtol=1e-4):
                 bad = (from_forms - scores).abs().amax(dim=(1, 2)).argmax().item()
-                return (f"x_i M_h x_jᵀ does not give the layer's scores q_i · k_j (head {bad} "
-                        "is off)")
+                return say("x_i M_h x_jᵀ does not give the layer's scores q_i · k_j (head "
+                           "{bad} is off)", bad=bad)
             return None
 
         def run() -> None:
             got = _call(head_bilinear_forms, [q_weight, k_weight, H],
                         ["q_weight", "k_weight", "n_heads"])
             expected = _head_forms(q_weight, k_weight, H)
-            rows = "the D consecutive rows h·D … h·D + D − 1"
+            rows = say("the D consecutive rows h·D … h·D + D − 1")
             mistakes = [
                 (expected.transpose(1, 2),
-                 "each form is transposed: in score(i, j) = x_i M_h x_jᵀ the query's input "
-                 "multiplies from the left, so the query weights come first"),
+                 say("each form is transposed: in score(i, j) = x_i M_h x_jᵀ the query's "
+                     "input multiplies from the left, so the query weights come first")),
                 ((q_weight.T @ k_weight).expand(H, C, C),
-                 "that is the sum of all the heads' forms, one matrix for the whole layer: "
-                 f"head h owns only {rows} of each weight"),
-                (expected / D**0.5, "leave out the 1/√D scale: the form is the raw q · k"),
+                 say("that is the sum of all the heads' forms, one matrix for the whole "
+                     "layer: head h owns only {rows} of each weight", rows=rows)),
+                (expected / D**0.5, say("leave out the 1/√D scale: the form is the raw q · k")),
             ]
             if H > 1:
                 interleaved_q = q_weight.view(D, H, C).transpose(0, 1)  # (H, D, C)
                 interleaved_k = k_weight.view(D, H, C).transpose(0, 1)  # (H, D, C)
                 mistakes.append((interleaved_q.transpose(1, 2) @ interleaved_k,
-                                 f"head h owns {rows}, not every H-th row: split the "
-                                 "rows as (H, D), in that order"))
+                                 say("head h owns {rows}, not every H-th row: split the "
+                                     "rows as (H, D), in that order", rows=rows)))
                 cols_q = q_weight.view(C, H, D).permute(1, 0, 2)  # (H, C, D): columns
                 cols_k = k_weight.view(C, H, D).permute(1, 0, 2)  # (H, C, D)
                 mistakes.append((cols_q @ cols_k.transpose(1, 2),
-                                 "nn.Linear stores its weight as (out_features, in_features): "
-                                 f"a head is a block of output rows ({rows}), not of input "
-                                 "columns"))
-            _compare(got, expected, "the forms", letters="(H, C, C)",
-                     axes=("head", "row", "column"), properties=[reproduces_scores],
+                                 say("nn.Linear stores its weight as (out_features, "
+                                     "in_features): a head is a block of output rows "
+                                     "({rows}), not of input columns", rows=rows)))
+            _compare(got, expected, say("the forms"), letters=say("(H, C, C)"),
+                     axes=(say("head"), say("row"), say("column")),
+                     properties=[reproduces_scores],
                      mistakes=mistakes,
-                     shape_hints={(H, D, D): "those are (D, D): the form compares two inputs "
-                                             "of C channels, so it is (C, C) per head; put the "
-                                             "transpose on the other factor",
-                                  (C, C): "one (C, C) form per head: return (H, C, C)"})
+                     shape_hints={(H, D, D): say("those are (D, D): the form compares two "
+                                                 "inputs of C channels, so it is (C, C) per "
+                                                 "head; put the transpose on the other "
+                                                 "factor"),
+                                  (C, C): say("one (C, C) form per head: return (H, C, C)")})
         return run
 
     return _run("head_bilinear_forms", head_bilinear_forms, [
-        ("C = 8, H = 4 (D = 2)", case(8, 4)),
-        ("C = 12, H = 3 (D = 4)", case(12, 3)),
-        ("one head: C = 6, H = 1", case(6, 1)),
+        (say("C = 8, H = 4 (D = 2)"), case(8, 4)),
+        (say("C = 12, H = 3 (D = 4)"), case(12, 3)),
+        (say("one head: C = 6, H = 1"), case(6, 1)),
     ], rules=RULES["head_bilinear_forms"])
 
 
@@ -211,12 +219,16 @@ def _toy_decoder(visible: Tensor, vocab_size: int,
     @given
     def decode(tgt: Tensor) -> Tensor:
         if not isinstance(tgt, Tensor) or tgt.dim() != 2 or tgt.dtype != torch.long:
-            raise ValueError(f"decode takes token ids (B, T) of dtype long, got {_describe(tgt)}"
-                             f"{'' if not isinstance(tgt, Tensor) else ' ' + str(tgt.dtype)}")
+            if isinstance(tgt, Tensor):
+                raise ValueError(say("decode takes token ids (B, T) of dtype long, got {got} "
+                                     "{dtype}", got=_describe(tgt), dtype=tgt.dtype))
+            raise ValueError(say("decode takes token ids (B, T) of dtype long, got {got}",
+                                 got=_describe(tgt)))
         T = tgt.shape[1]
         if not 1 <= T <= n or tgt.min() < 0 or tgt.max() >= vocab_size:
-            raise ValueError(f"decode takes 1 to {n} positions of ids 0 … {vocab_size - 1}, "
-                             f"got shape {tuple(tgt.shape)}")
+            raise ValueError(say("decode takes 1 to {n} positions of ids 0 … {last}, got "
+                                 "shape {shape}", n=n, last=vocab_size - 1,
+                                 shape=tuple(tgt.shape)))
         return weight[:T, :T] @ table[tgt]  # (T, T) @ (B, T, V) -> (B, T, V)
 
     return decode
@@ -254,7 +266,7 @@ def check_first_future_leak(first_future_leak: Callable[[Callable, Tensor], int]
     def case(extra: list[tuple[int, int]], mask: str = "causal", n: int = T
              ) -> Callable[[], None]:
         visible = {"causal": torch.ones(n, n).tril(), "none": torch.ones(n, n),
-                   "off by one": torch.ones(n, n).tril(diagonal=1)}[mask].bool()
+                   "off_by_one": torch.ones(n, n).tril(diagonal=1)}[mask].bool()
         for t, s in extra:
             visible[t, s] = True
         decode = _toy_decoder(visible, V, g)
@@ -265,41 +277,46 @@ def check_first_future_leak(first_future_leak: Callable[[Callable, Tensor], int]
             if isinstance(got, Tensor) and got.numel() == 1 and not got.is_floating_point():
                 got = got.item()
             if isinstance(got, bool) or not isinstance(got, int):
-                raise _Failure(f"returned {_describe(got)}: return one int, a position or -1")
+                raise _Failure(say("returned {got}: return one int, a position or -1",
+                                   got=_describe(got)))
             pairs = _leaks(decode, tgt)
             future = [(t, j) for t, j in pairs if t < j]
             expected = min((t for t, _ in future), default=-1)
             if got == expected:
                 return
-            described = ("a causal decoder" if expected == -1
-                         else f"position {expected} already sees a later token")
+            described = (say("a causal decoder") if expected == -1
+                         else say("position {expected} already sees a later token",
+                                  expected=expected))
             # What each usual slip returns on this decoder, with its hint; the first match wins.
             mistakes = [(min((t for t, _ in pairs), default=-1),
-                         "every position may read its own token: after changing token j, "
-                         "compare only the positions before j")]
+                         say("every position may read its own token: after changing token j, "
+                             "compare only the positions before j"))]
             if future:
                 first_j = min(j for _, j in future)
                 mistakes += [
                     (min(t for t, j in future if j == first_j),
-                     "a later token can leak further back: try every position before deciding "
-                     "which position is the first"),
+                     say("a later token can leak further back: try every position before "
+                         "deciding which position is the first")),
                     (min(j for _, j in future),
-                     "that is the position you changed; return the position whose logits moved"),
+                     say("that is the position you changed; return the position whose logits "
+                         "moved")),
                     (max(t for t, _ in future),
-                     "return the first (smallest) position that sees the future, not the last"),
-                    (-1, "this decoder does leak: change each position in turn, not only the "
-                         "last, to a token different from the old one"),
+                     say("return the first (smallest) position that sees the future, not the "
+                         "last")),
+                    (-1, say("this decoder does leak: change each position in turn, not only "
+                             "the last, to a token different from the old one")),
                 ]
             hint = next((h for value, h in mistakes if value == got), None)
-            raise _Failure(f"returned {got}, expected {expected} ({described})", hint)
+            raise _Failure(say("returned {got}, expected {expected} ({described})", got=got,
+                               expected=expected, described=described), hint)
         return run
 
     return _run("first_future_leak", first_future_leak, [
-        ("a causal decoder", case([])),
-        ("no mask at all", case([], "none")),
-        ("mask off by one (t sees t + 1)", case([], "off by one")),
-        ("position 3 sees position 5", case([(3, 5)])),
-        ("position 1 sees 6, position 3 sees 4", case([(1, 6), (3, 4)])),
-        ("position 0 sees the last token", case([(0, 7)])),
-        ("one position: T = 1", case([], n=1)),
+        (say("a causal decoder"), case([])),
+        (say("no mask at all"), case([], "none")),
+        (say("mask off by one (t sees t + 1)"), case([], "off_by_one")),
+        (say("position 3 sees position 5"), case([(3, 5)])),
+        (say("position 1 sees 6, position 3 sees 4"), case([(1, 6), (3, 4)])),
+        (say("position 0 sees the last token"), case([(0, 7)])),
+        (say("one position: T = 1"), case([], n=1)),
     ], rules=RULES["first_future_leak"])

@@ -28,6 +28,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -55,12 +56,12 @@ def _gqa(x: Tensor, state: Mapping[str, Tensor], H: int, H_kv: int, mask: Tensor
 
     * ``kv="tiled"``: query head h reads key/value head ``h % H_kv`` (``repeat``), not
       ``h // (H / H_kv)``;
-    * ``split="view"``: ``view(B, H, T, D)`` straight from ``(B, T, C)``; ``split="no
-      transpose"``: the heads left behind the positions, ``(B, T, H, D)``;
+    * ``split="view"``: ``view(B, H, T, D)`` straight from ``(B, T, C)``;
+      ``split="no_transpose"``: the heads left behind the positions, ``(B, T, H, D)``;
     * ``scale="none"`` or ``"model"``: no scale, or ``1/√C`` instead of ``1/√D``;
     * ``mask_to="groups"``: the mask applied to scores laid out ``(B, H_kv, H/H_kv, T, S)``
       without an axis for the groups; ``"nowhere"``: the mask ignored;
-    * ``merge="no transpose"``: ``reshape(B, T, C)`` straight from ``(B, H, T, D)``;
+    * ``merge="no_transpose"``: ``reshape(B, T, C)`` straight from ``(B, H, T, D)``;
       ``merge="stacked"``: each position's channels in the order ``(D, H)``.
     """
     x = x.double()
@@ -68,8 +69,8 @@ def _gqa(x: Tensor, state: Mapping[str, Tensor], H: int, H_kv: int, mask: Tensor
     D, n_rep = C // H, H // H_kv
 
     def project(name: str, inputs: Tensor) -> Tensor:
-        out = inputs @ state[f"{name}.weight"].double().T  # (B, T, out_features)
-        bias = state.get(f"{name}.bias")
+        out = inputs @ state[name + ".weight"].double().T  # (B, T, out_features)
+        bias = state.get(name + ".bias")
         return out if bias is None else out + bias.double()
 
     q, k, v = (project(name, x) for name in _PROJECTIONS[:3])  # (B, T, C), 2 x (B, T, H_kv*D)
@@ -77,11 +78,11 @@ def _gqa(x: Tensor, state: Mapping[str, Tensor], H: int, H_kv: int, mask: Tensor
         q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D)
     elif split == "view":
         q, k, v = (t.reshape(B, -1, T, D) for t in (q, k, v))  # (B, heads, T, D) by shape only
-    else:  # "no transpose"
+    else:  # "no_transpose"
         if mask is not None:
             return None  # the scores are (B, T, H, H): a (T, T) mask does not fit them
         q, k, v = (t.view(B, T, -1, D) for t in (q, k, v))  # (B, T, heads, D)
-    heads = 2 if split == "no transpose" else 1
+    heads = 2 if split == "no_transpose" else 1
     group = torch.arange(H) // n_rep if kv == "blocks" else torch.arange(H) % H_kv  # (H,)
     k, v = k.index_select(heads, group), v.index_select(heads, group)  # H heads each
     factor = {"head": D ** -0.5, "none": 1.0, "model": C ** -0.5}[scale]
@@ -97,7 +98,7 @@ def _gqa(x: Tensor, state: Mapping[str, Tensor], H: int, H_kv: int, mask: Tensor
     weights = (scores - scores.amax(dim=-1, keepdim=True)).exp()
     weights = weights / weights.sum(dim=-1, keepdim=True)  # every query sees a key here
     out = weights @ v  # (B, H, T, D), or (B, T, H, D)
-    if split == "no transpose" or merge == "no transpose":
+    if split == "no_transpose" or merge == "no_transpose":
         out = out.reshape(B, T, C)
     elif merge == "stacked":
         out = out.permute(0, 2, 3, 1).reshape(B, T, C)  # (B, T, D, H) -> (B, T, C)
@@ -113,37 +114,37 @@ def _mistakes(x: Tensor, state: Mapping[str, Tensor], H: int, H_kv: int,
     D, n_rep = C // H, H // H_kv
     table = [
         ({"kv": "tiled"},
-         f"query head h must read key/value head h // {n_rep}: each key/value head serves "
-         f"{n_rep} neighbouring query heads, so repeat each one {n_rep} times in a row "
-         f"(repeat_interleave({n_rep}, dim=1)); yours reads head h % {H_kv}, the order that "
-         "repeat(1, n, 1, 1) gives"),
+         say("query head h must read key/value head h // {n_rep}: each key/value head serves "
+             "{n_rep} neighbouring query heads, so repeat each one {n_rep} times in a row "
+             "(repeat_interleave({n_rep}, dim=1)); yours reads head h % {H_kv}, the order "
+             "that repeat(1, n, 1, 1) gives", n_rep=n_rep, H_kv=H_kv)),
         ({"split": "view"},
-         "the heads were cut with view(B, H, T, D) straight from (B, T, C): that re-reads the "
-         "memory, so a head's rows are not positions. Cut the channels with "
-         "view(B, T, H, D), then transpose(1, 2)"),
-        ({"split": "no transpose"},
-         "the heads were not moved in front of the positions: after view(B, T, H, D), "
-         "transpose(1, 2) to (B, H, T, D), or the attention runs across the heads of one "
-         "position instead of across the positions"),
-        ({"scale": "none"}, f"divide the scores by √D = √{D}, the width of one head, before "
-                            "the softmax"),
-        ({"scale": "model"}, f"the scale is 1/√D with D = {D}, the width of one head, not "
-                             f"1/√C with the layer's width C = {C}"),
+         say("the heads were cut with view(B, H, T, D) straight from (B, T, C): that re-reads "
+             "the memory, so a head's rows are not positions. Cut the channels with "
+             "view(B, T, H, D), then transpose(1, 2)")),
+        ({"split": "no_transpose"},
+         say("the heads were not moved in front of the positions: after view(B, T, H, D), "
+             "transpose(1, 2) to (B, H, T, D), or the attention runs across the heads of one "
+             "position instead of across the positions")),
+        ({"scale": "none"}, say("divide the scores by √D = √{D}, the width of one head, "
+                                "before the softmax", D=D)),
+        ({"scale": "model"}, say("the scale is 1/√D with D = {D}, the width of one head, not "
+                                 "1/√C with the layer's width C = {C}", D=D, C=C)),
         ({"mask_to": "groups"},
-         "sequence b's mask was applied to key/value group b: with the scores laid out "
-         "(B, H_kv, H/H_kv, T, S), give the mask an axis for the group (mask.unsqueeze(2) "
-         "for a 4-dimensional mask) so that it broadcasts over the heads and stays with its "
-         "own sequence"),
-        ({"mask_to": "nowhere"}, "the mask was not applied: set the blocked scores to -inf "
-                                 "before the softmax"),
-        ({"merge": "no transpose"},
-         "the heads were merged with reshape(B, T, C) straight from (B, H, T, D): "
-         "transpose(1, 2) back to (B, T, H, D) first, so that each output row holds one "
-         "position's heads side by side"),
+         say("sequence b's mask was applied to key/value group b: with the scores laid out "
+             "(B, H_kv, H/H_kv, T, S), give the mask an axis for the group (mask.unsqueeze(2) "
+             "for a 4-dimensional mask) so that it broadcasts over the heads and stays with "
+             "its own sequence")),
+        ({"mask_to": "nowhere"}, say("the mask was not applied: set the blocked scores to "
+                                     "-inf before the softmax")),
+        ({"merge": "no_transpose"},
+         say("the heads were merged with reshape(B, T, C) straight from (B, H, T, D): "
+             "transpose(1, 2) back to (B, T, H, D) first, so that each output row holds one "
+             "position's heads side by side")),
         ({"merge": "stacked"},
-         "the heads' channels are interleaved, (B, T, D, H), as torch.stack(heads, dim=-1) "
-         "makes them: the concatenation puts head 0's D channels first, then head 1's, as "
-         "torch.cat(heads, dim=-1) or transpose(1, 2).reshape(B, T, C) does"),
+         say("the heads' channels are interleaved, (B, T, D, H), as torch.stack(heads, "
+             "dim=-1) makes them: the concatenation puts head 0's D channels first, then head "
+             "1's, as torch.cat(heads, dim=-1) or transpose(1, 2).reshape(B, T, C) does")),
     ]
     want = _gqa(x, state, H, H_kv, mask)
     found = []
@@ -174,7 +175,7 @@ def _random_state(shapes: dict[str, tuple[int, ...]], g: torch.Generator) -> dic
 
 
 def _listed(names: list[str]) -> str:
-    return ", ".join(f"`{n}`" for n in names)
+    return ", ".join("`" + n + "`" for n in names)
 
 
 def _check_keys(got: Any, want: dict[str, tuple[int, ...]], C: int, H: int, H_kv: int,
@@ -182,36 +183,40 @@ def _check_keys(got: Any, want: dict[str, tuple[int, ...]], C: int, H: int, H_kv
     """_Failure unless ``got`` (the student's ``state_dict()``) has exactly the library's keys,
     each a tensor of the library's shape; the message names the missing and the extra ones."""
     if not isinstance(got, Mapping):
-        raise _Failure(f"state_dict() returned {_describe(got)}, not a dict of tensors")
+        raise _Failure(say("state_dict() returned {got}, not a dict of tensors",
+                           got=_describe(got)))
     missing = [k for k in want if k not in got]
     extra = [k for k in got if k not in want]
     if missing or extra:
-        parts = ([f"it lacks {_listed(missing)}"] if missing else []) + (
-            [f"it has {_listed(extra)}, which the library's layer does not"] if extra else [])
+        parts = ([say("it lacks {names}", names=_listed(missing))] if missing else []) + (
+            [say("it has {names}, which the library's layer does not", names=_listed(extra))]
+            if extra else [])
         if not bias and not missing and all(k.endswith(".bias") for k in extra):
-            hint = "with bias=False the projections have no bias: pass bias on to nn.Linear"
+            hint = say("with bias=False the projections have no bias: pass bias on to nn.Linear")
         elif bias and not extra and all(k.endswith(".bias") for k in missing):
-            hint = ("the projections have biases unless bias=False: pass bias on to "
-                    "nn.Linear")
+            hint = say("the projections have biases unless bias=False: pass bias on to "
+                       "nn.Linear")
         else:
-            hint = ("name the four projections as the library does, q_proj, k_proj, v_proj "
-                    "and o_proj, each an nn.Linear, and keep other tensors out of the "
-                    "state_dict (a buffer registered with persistent=False is not saved)")
-        raise _Failure("the state_dict does not have the keys of the library's layer: "
-                       + "; ".join(parts), hint)
+            hint = say("name the four projections as the library does, q_proj, k_proj, v_proj "
+                       "and o_proj, each an nn.Linear, and keep other tensors out of the "
+                       "state_dict (a buffer registered with persistent=False is not saved)")
+        raise _Failure(say("the state_dict does not have the keys of the library's layer: "
+                           "{problems}", problems="; ".join(parts)), hint)
     D = C // H
     for key, shape in want.items():
         value = got[key]
         if not isinstance(value, Tensor):
-            raise _Failure(f"state_dict()[{key!r}] is {_describe(value)}, not a tensor")
+            raise _Failure(say("state_dict()[{key!r}] is {got}, not a tensor", key=key,
+                               got=_describe(value)))
         if tuple(value.shape) != shape:
-            hint = ("nn.Linear(in_features, out_features) stores its weight as "
-                    "(out_features, in_features)")
+            hint = say("nn.Linear(in_features, out_features) stores its weight as "
+                       "(out_features, in_features)")
             if key.startswith(("k_proj", "v_proj")) and value.shape[0] == C != shape[0]:
-                hint = (f"k_proj and v_proj make H_kv · D = {H_kv} · {D} = {H_kv * D} "
-                        f"outputs, one block of D per key/value head, not C = {C}")
-            raise _Failure(f"`{key}` has shape {tuple(value.shape)}; in the library's layer "
-                           f"it is {shape}", hint)
+                hint = say("k_proj and v_proj make H_kv · D = {H_kv} · {D} = {outputs} "
+                           "outputs, one block of D per key/value head, not C = {C}",
+                           H_kv=H_kv, D=D, outputs=H_kv * D, C=C)
+            raise _Failure(say("`{key}` has shape {got}; in the library's layer it is "
+                               "{shape}", key=key, got=tuple(value.shape), shape=shape), hint)
 
 
 def _check_round_trip(got: Any, loaded: Mapping[str, Tensor]) -> None:
@@ -220,10 +225,10 @@ def _check_round_trip(got: Any, loaded: Mapping[str, Tensor]) -> None:
     for key, value in loaded.items():
         back = got.get(key) if isinstance(got, Mapping) else None
         if not isinstance(back, Tensor) or not torch.equal(back.detach().double(), value):
-            raise _Failure(f"after load_state_dict(), state_dict() does not give back the "
-                           f"loaded `{key}`",
-                           "keep the weights in the four nn.Linear layers, which "
-                           "load_state_dict() fills and state_dict() reads")
+            raise _Failure(say("after load_state_dict(), state_dict() does not give back the "
+                               "loaded `{key}`", key=key),
+                           say("keep the weights in the four nn.Linear layers, which "
+                               "load_state_dict() fills and state_dict() reads"))
 
 
 # Built on the library? -------------------------------------------------------------------------
@@ -235,7 +240,7 @@ def _borrowed_class(kind: type) -> str | None:
         if base in _FRAMEWORK_LAYERS:
             return _FRAMEWORK_LAYERS[base]
         if (getattr(base, "__module__", None) or "").split(".")[0] == _LIBRARY:
-            return f"{base.__module__}.{base.__qualname__}"
+            return base.__module__ + "." + base.__qualname__
     return None
 
 
@@ -248,7 +253,7 @@ def _borrowed(value: Any) -> str | None:
     if callable(function) and hasattr(function, "__code__"):
         module = getattr(function, "__module__", None) or ""
         if module.split(".")[0] == _LIBRARY:
-            return f"{module}.{function.__qualname__}"
+            return module + "." + function.__qualname__
         return None
     return _borrowed_class(type(value))
 
@@ -261,12 +266,13 @@ def _held(module: nn.Module, allowed: tuple[type, ...] = ()) -> tuple[str, str] 
     for path, sub in named:
         what = _borrowed_class(type(sub))
         if what:
-            return path or "itself", what
+            return path or say("itself"), what
     for path, sub in named:
-        places = [(f"{path}.{key}" if path else key, value) for key, value in vars(sub).items()]
+        places = [(path + "." + key if path else key, value)
+                  for key, value in vars(sub).items()]
         for kind in type(sub).__mro__:
             if (kind.__module__ or "").split(".")[0] not in ("torch", "builtins"):
-                places += [(f"{kind.__qualname__}.{key}", value)
+                places += [(kind.__qualname__ + "." + key, value)
                            for key, value in vars(kind).items()]
         for where, value in places:
             items = (list(value.values()) if isinstance(value, dict) else list(value)
@@ -285,20 +291,22 @@ def _build(cls: type, args: list[Any], names: list[str]) -> nn.Module:
     name = cls.__name__
     base = _borrowed_class(cls)
     if base:
-        raise _Failure(f"`{name}` is built on `{base}`: its inherited methods are not your "
-                       "code", "subclass nn.Module, make the four projections with nn.Linear "
-                       "and write the attention with tensor operations", refused=True)
+        raise _Failure(say("`{name}` is built on `{base}`: its inherited methods are not your "
+                           "code", name=name, base=base),
+                       say("subclass nn.Module, make the four projections with nn.Linear and "
+                           "write the attention with tensor operations"), refused=True)
     module = _call(cls, args, names)
     if not isinstance(module, nn.Module):
-        raise _Failure(f"{name}(...) made {_describe(module)}, not an nn.Module",
-                       "subclass nn.Module and call super().__init__() first")
+        raise _Failure(say("{name}(...) made {got}, not an nn.Module", name=name,
+                           got=_describe(module)),
+                       say("subclass nn.Module and call super().__init__() first"))
     held = _held(module)
     if held:
         where, what = held
-        raise _Failure(f"`{name}` keeps the library's `{what}` (as `{where}`): its forward "
-                       "would run that code, not yours", "make the four projections with "
-                       "nn.Linear and write the attention with tensor operations",
-                       refused=True)
+        raise _Failure(say("`{name}` keeps the library's `{what}` (as `{where}`): its forward "
+                           "would run that code, not yours", name=name, what=what, where=where),
+                       say("make the four projections with nn.Linear and write the attention "
+                           "with tensor operations"), refused=True)
     return module
 
 
@@ -346,18 +354,19 @@ def check_grouped_query_attention(cls: type) -> CheckResult:
                   ["state_dict"])
             inputs = [x] if mask is None else [x, mask]
             got = _call(module, inputs, ["x", "mask"][:len(inputs)])
-            _compare(got, _gqa(x, state, H, H_kv, mask), "the output", letters="(B, T, C)",
-                     axes=("batch", "position", "channel"),
+            _compare(got, _gqa(x, state, H, H_kv, mask), say("the output"),
+                     letters=say("(B, T, C)"),
+                     axes=(say("batch"), say("position"), say("channel")),
                      mistakes=_mistakes(x, state, H, H_kv, mask),
-                     nan_hint="NaN comes from a row of scores that is all -inf: block the "
-                              "scores where the mask is False, not where it is True")
+                     nan_hint=say("NaN comes from a row of scores that is all -inf: block the "
+                                  "scores where the mask is False, not where it is True"))
             _check_round_trip(_call(module.state_dict, [], []), state)
         return run
 
     def sizes_that_do_not_divide() -> None:
-        _expect_value_error(cls, [30, 6, 4], "6 query heads cannot share 4 key/value heads "
-                            "equally", must_name=["6", "4"])
-        _expect_value_error(cls, [20, 3], "a width of 20 cannot be cut into 3 heads",
+        _expect_value_error(cls, [30, 6, 4], say("6 query heads cannot share 4 key/value "
+                                                 "heads equally"), must_name=["6", "4"])
+        _expect_value_error(cls, [20, 3], say("a width of 20 cannot be cut into 3 heads"),
                             must_name=["20", "3"])
 
     padded = torch.ones(2, 1, 1, 7, dtype=torch.bool)  # (B, 1, 1, T)
@@ -368,15 +377,15 @@ def check_grouped_query_attention(cls: type) -> CheckResult:
     causal = torch.ones(6, 6, dtype=torch.bool).tril()  # (T, T)
     with torch.random.fork_rng(devices=[]):  # the student's nn.Linear draws its own weights
         return _run("GroupedQueryAttention", cls, [
-            ("H = H_kv = 4 (ordinary multi-head attention, n_kv_heads left out), C = 16, "
-             "B = 2, T = 5, no mask", case(16, 4, 4, 2, 5)),
-            ("H = 4, H_kv = 1 (multi-query attention), a causal mask (T, T)",
+            (say("H = H_kv = 4 (ordinary multi-head attention, n_kv_heads left out), C = 16, "
+                 "B = 2, T = 5, no mask"), case(16, 4, 4, 2, 5)),
+            (say("H = 4, H_kv = 1 (multi-query attention), a causal mask (T, T)"),
              case(16, 4, 1, 2, 6, causal)),
-            ("H = 6, H_kv = 2 (three query heads per key/value head), a padding mask "
-             "(B, 1, 1, T)", case(24, 6, 2, 2, 7, padded)),
-            ("H = 8, H_kv = 2, bias=False, padding and causal mask (B, 1, T, T)",
+            (say("H = 6, H_kv = 2 (three query heads per key/value head), a padding mask "
+                 "(B, 1, 1, T)"), case(24, 6, 2, 2, 7, padded)),
+            (say("H = 8, H_kv = 2, bias=False, padding and causal mask (B, 1, T, T)"),
              case(32, 8, 2, 2, 5, both, bias=False)),
-            ("one token (T = 1), a batch of 3, H = 4, H_kv = 2", case(16, 4, 2, 3, 1)),
-            ("sizes that do not divide raise a ValueError that names them",
+            (say("one token (T = 1), a batch of 3, H = 4, H_kv = 2"), case(16, 4, 2, 3, 1)),
+            (say("sizes that do not divide raise a ValueError that names them"),
              sizes_that_do_not_divide),
         ], rules=RULES["GroupedQueryAttention"], kind="class")

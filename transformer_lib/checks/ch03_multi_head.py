@@ -21,6 +21,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -31,7 +32,10 @@ RULES = {
 }
 
 
-ROLES = ("queries", "keys", "values")  #: the three blocks of a fused projection, in order
+def _roles() -> tuple[str, str, str]:
+    """The three blocks of a fused projection, in order, in words."""
+    return say("queries"), say("keys"), say("values")
+
 
 # The memory of one attention layer ----------------------------------------------------------
 
@@ -42,21 +46,21 @@ def _memory_hints(B: int, T: int, C: int, H: int, H_kv: int, nbytes: int) -> dic
     weights, kv = B * H * T * T, 2 * B * H_kv * T * D  # numbers in each part
     return {
         nbytes * (B * H * T * T + 2 * B * H * T * D):
-            "keys and values are stored once per key/value head: H_kv · D channels each, "
-            "not H · D (the query heads of a group share them)",
+            say("keys and values are stored once per key/value head: H_kv · D channels "
+                "each, not H · D (the query heads of a group share them)"),
         nbytes * (B * H_kv * T * T + kv):
-            "every query head has its own weights: H tables of T × T, not H_kv (keys and "
-            "values are shared by a group of query heads, the weights are not)",
+            say("every query head has its own weights: H tables of T × T, not H_kv (keys "
+                "and values are shared by a group of query heads, the weights are not)"),
         nbytes * (B * T * T + kv):
-            "there is one T × T table of weights per head: H of them per sequence",
+            say("there is one T × T table of weights per head: H of them per sequence"),
         nbytes * (weights + kv // 2):
-            "keys and values are two tensors, (B, H_kv, T, D) each: count both",
+            say("keys and values are two tensors, (B, H_kv, T, D) each: count both"),
         nbytes * weights:
-            "the keys and values count too: two tensors of shape (B, H_kv, T, D)",
+            say("the keys and values count too: two tensors of shape (B, H_kv, T, D)"),
         nbytes * kv:
-            "the attention weights count too: (B, H, T, T) numbers",
+            say("the attention weights count too: (B, H, T, T) numbers"),
         weights + kv:
-            "that is a count of numbers: multiply by bytes_per_number to get bytes",
+            say("that is a count of numbers: multiply by bytes_per_number to get bytes"),
     }
 
 
@@ -82,22 +86,24 @@ def check_attention_memory(attention_memory: Callable[..., int]) -> CheckResult:
             if isinstance(got, Tensor) and got.numel() == 1:
                 got = got.item()
             if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
-                raise _Failure(f"expected a whole number of bytes, got {_describe(got)}")
+                raise _Failure(say("expected a whole number of bytes, got {got}",
+                                   got=_describe(got)))
             D = C // H
             want = nbytes * (B * H * T * T + 2 * B * H_kv * T * D)
             if got == want:
                 return
             hints = _memory_hints(B, T, C, H, H_kv, nbytes)
             hints.pop(want, None)
-            raise _Failure(f"expected {want:,} bytes, got {got:,.0f}", hints.get(got))
+            raise _Failure(say("expected {want:,} bytes, got {got:,.0f}", want=want, got=got),
+                           hints.get(got))
         return run
 
     return _run("attention_memory", attention_memory, [
-        ("batch 2, 16 tokens, C = 64, 8 heads, 2 key/value heads, fp32",
+        (say("batch 2, 16 tokens, C = 64, 8 heads, 2 key/value heads, fp32"),
          case(2, 16, 64, 8, 2, 4)),
-        ("batch 1, 128 tokens, C = 512, 8 heads, 8 key/value heads, bf16",
+        (say("batch 1, 128 tokens, C = 512, 8 heads, 8 key/value heads, bf16"),
          case(1, 128, 512, 8, 8, 2)),
-        ("batch 3, 10 tokens, C = 48, 6 heads, 1 key/value head, fp32",
+        (say("batch 3, 10 tokens, C = 48, 6 heads, 1 key/value head, fp32"),
          case(3, 10, 48, 6, 1, 4)),
     ], rules=RULES["attention_memory"])
 
@@ -127,20 +133,20 @@ def _split_qkv_mistakes(qkv: Tensor, H: int) -> list[tuple[tuple[Tensor, ...], s
     per_head = qkv.view(B, T, H, 3 * D).transpose(1, 2).split(D, dim=-1)  # 3 x (B, H, T, D)
     by_channel = qkv.view(B, T, C, 3).unbind(dim=-1)  # 3 x (B, T, C), every third channel
     return [
-        (per_head, "this reads the output in the per-head layout, view(B, T, H, 3·D) with "
-                   "q, k, v side by side inside each head. GPT-2's c_attn puts all C queries "
-                   "first, then all keys, then all values: cut the last axis into three "
-                   "blocks of C, then split each block into heads"),
+        (per_head, say("this reads the output in the per-head layout, view(B, T, H, 3·D) "
+                       "with q, k, v side by side inside each head. GPT-2's c_attn puts all C "
+                       "queries first, then all keys, then all values: cut the last axis into "
+                       "three blocks of C, then split each block into heads")),
         (tuple(b.reshape(B, H, T, D) for b in blocks),
-         "each block was reshaped straight from (B, T, C) to (B, H, T, D): the shape is right, "
-         "but a head now holds pieces of several positions. Reshape to (B, T, H, D), then "
-         "transpose(1, 2)"),
+         say("each block was reshaped straight from (B, T, C) to (B, H, T, D): the shape is "
+             "right, but a head now holds pieces of several positions. Reshape to "
+             "(B, T, H, D), then transpose(1, 2)")),
         (tuple(_split_heads(b, H) for b in by_channel),
-         "q, k and v were taken channel by channel (every third channel): in c_attn's output "
-         "they are three consecutive blocks of C channels"),
+         say("q, k and v were taken channel by channel (every third channel): in c_attn's "
+             "output they are three consecutive blocks of C channels")),
         (tuple(b.reshape(B, T, D, H).permute(0, 3, 1, 2) for b in blocks),
-         "head h got every H-th channel of its block; it owns the D consecutive channels "
-         "h·D … h·D + D − 1: reshape to (B, T, H, D), not (B, T, D, H)"),
+         say("head h got every H-th channel of its block; it owns the D consecutive channels "
+             "h·D … h·D + D − 1: reshape to (B, T, H, D), not (B, T, D, H)")),
     ]
 
 
@@ -165,39 +171,42 @@ def check_split_qkv(split_qkv: Callable[[Tensor, int], tuple]) -> CheckResult:
 
         def run() -> None:
             got = _call(split_qkv, [qkv, H], ["qkv", "n_heads"])
-            got = _items(got, 3, "the triple (q, k, v)")
+            got = _items(got, 3, say("the triple (q, k, v)"))
             B, T, three_c = shape
             C, D = three_c // 3, three_c // (3 * H)
             want = _split_qkv(qkv, H)
             wrong = _split_qkv_mistakes(qkv, H)
+            roles = _roles()
             for i, (role, mine, expected) in enumerate(zip("qkv", got, want)):
                 # The right heads of another block: q, k and v in the wrong order.
-                order = [(other, f"{role} holds the {ROLES[j]}: c_attn's output is queries, "
-                                 "then keys, then values, C channels each")
+                order = [(other, say("{role} holds the {block}: c_attn's output is queries, "
+                                     "then keys, then values, C channels each", role=role,
+                                     block=roles[j]))
                          for j, other in enumerate(want) if j != i]
-                _compare(mine, expected, role, letters="(B, H, T, D)",
-                         axes=("batch", "head", "position", "feature"),
+                _compare(mine, expected, role, letters=say("(B, H, T, D)"),
+                         axes=(say("batch"), say("head"), say("position"), say("feature")),
                          mistakes=[(w[i], hint) for w, hint in wrong] + order,
                          shape_hints={  # later entries win where two shapes coincide
-                             (B, T, C): "split the block into heads too: (B, H, T, D)",
-                             (B, H, T, 3 * D): "each head's 3·D channels still hold q, k and "
-                                               "v together: split the last axis",
-                             (B, T, H, D): "these are the heads before the transpose: move "
-                                           "the heads in front of the positions with "
-                                           ".transpose(1, 2)",
+                             (B, T, C): say("split the block into heads too: (B, H, T, D)"),
+                             (B, H, T, 3 * D): say("each head's 3·D channels still hold q, k "
+                                                   "and v together: split the last axis"),
+                             (B, T, H, D): say("these are the heads before the transpose: move "
+                                               "the heads in front of the positions with "
+                                               ".transpose(1, 2)"),
                          })
         return run
 
     def not_divisible() -> None:
         qkv = torch.randn(2, 5, 30, generator=g)  # 3C = 30: C = 10 is not 4 heads
-        _expect_value_error(split_qkv, [qkv, 4], "a last axis of 30 = 3 × 10 cannot be "
-                            "split into 4 heads", must_name=["30", "4"])
+        _expect_value_error(split_qkv, [qkv, 4], say("a last axis of 30 = 3 × 10 cannot be "
+                                                     "split into 4 heads"),
+                            must_name=["30", "4"])
 
     return _run("split_qkv", split_qkv, [
-        ("qkv (2, 5, 36): C = 12 in 3 heads of width 4", case((2, 5, 36), 3)),
-        ("qkv (1, 4, 24): C = 8 in 2 heads of width 4", case((1, 4, 24), 2)),
-        ("qkv (2, 3, 24): C = 8 in 4 heads of width 2", case((2, 3, 24), 4)),
-        ("qkv (2, 5, 30) and 4 heads raise a ValueError", not_divisible),
+        (say("qkv (2, 5, 36): C = 12 in 3 heads of width 4"), case((2, 5, 36), 3)),
+        (say("qkv (1, 4, 24): C = 8 in 2 heads of width 4"), case((1, 4, 24), 2)),
+        (say("qkv (2, 3, 24): C = 8 in 4 heads of width 2"), case((2, 3, 24), 4)),
+        (say("qkv (2, 5, 30) and 4 heads raise a ValueError"), not_divisible),
     ], rules=RULES["split_qkv"])
 
 
@@ -218,7 +227,7 @@ def _block_order(source: Tensor, H: int) -> Callable[[Tensor], str | None]:
     blocks = source.double().reshape(3, H, D, -1)  # (role, head, D, rest)
 
     def name(role: int, head: int) -> str:
-        return f"the {ROLES[role]} of head {head}"
+        return say("the {block} of head {head}", block=_roles()[role], head=head)
 
     def prop(out: Tensor) -> str | None:
         got = out.reshape(H, 3, D, -1)  # (head, role, D, rest) if the layout is right
@@ -227,15 +236,17 @@ def _block_order(source: Tensor, H: int) -> Callable[[Tensor], str | None]:
                 piece = got[head, role]
                 if torch.allclose(piece, blocks[role, head]):
                     continue
-                rows = f"rows {(3 * head + role) * D}–{(3 * head + role + 1) * D - 1}"
+                rows = say("rows {first}–{last}", first=(3 * head + role) * D,
+                           last=(3 * head + role + 1) * D - 1)
                 held = [(r, h) for r in range(3) for h in range(H)
                         if torch.allclose(piece, blocks[r, h])]
                 if not held:
-                    return (f"{rows} are not one block of D = {D} rows of the input: the "
-                            f"per-head layout puts {name(role, head)} there")
-                return (f"{rows} hold {name(*held[0])}; the per-head layout puts "
-                        f"{name(role, head)} there (head 0's queries, keys, values, then "
-                        "head 1's, …)")
+                    return say("{rows} are not one block of D = {D} rows of the input: the "
+                               "per-head layout puts {block} there", rows=rows, D=D,
+                               block=name(role, head))
+                return say("{rows} hold {held}; the per-head layout puts {block} there (head "
+                           "0's queries, keys, values, then head 1's, …)", rows=rows,
+                           held=name(*held[0]), block=name(role, head))
         return None
     return prop
 
@@ -265,33 +276,34 @@ def check_to_per_head_layout(to_per_head_layout: Callable[[Tensor, int], Tensor]
             got = _call(to_per_head_layout, [t, H], ["t", "n_heads"])
             three_c, rest = shape[0], tuple(shape[1:])
             C, D = three_c // 3, three_c // (3 * H)
-            axes = ("row", "column")[:len(shape)]
-            letters = "(3C, C)" if len(shape) == 2 else "(3C,)"
-            _compare(got, _to_per_head(t, H), "the output", letters=letters,
+            axes = (say("row"), say("column"))[:len(shape)]
+            letters = say("(3C, C)") if len(shape) == 2 else "(3C,)"
+            _compare(got, _to_per_head(t, H), say("the output"), letters=letters,
                      axes=axes, properties=[_block_order(t, H)],
                      mistakes=[
-                         (t, "the rows are still in GPT-2's order: a layer that reads "
-                             "view(B, T, H, 3·D) would take head 0's 'keys' and 'values' "
-                             "from the queries of other heads, and attention would run "
-                             "without an error on the wrong numbers"),
+                         (t, say("the rows are still in GPT-2's order: a layer that reads "
+                                 "view(B, T, H, 3·D) would take head 0's 'keys' and 'values' "
+                                 "from the queries of other heads, and attention would run "
+                                 "without an error on the wrong numbers")),
                          (t.reshape(H, 3, D, *rest).transpose(0, 1).reshape(shape),
-                          "that is the conversion the other way, from the per-head layout "
-                          "to GPT-2's: the input is in GPT-2's order (role first, then head)"),
+                          say("that is the conversion the other way, from the per-head "
+                              "layout to GPT-2's: the input is in GPT-2's order (role first, "
+                              "then head)")),
                          (t.reshape(3, C, *rest).transpose(0, 1).reshape(shape),
-                          "q, k and v were interleaved row by row: each head's D rows of "
-                          "queries (and of keys, of values) must stay together"),
+                          say("q, k and v were interleaved row by row: each head's D rows of "
+                              "queries (and of keys, of values) must stay together")),
                      ],
                      shape_hints={
-                         (H, 3, D, *rest): "the rows are in the right order: reshape back "
-                                           "to the input's shape",
-                         (3, H, D, *rest): "reshape back to the input's shape, with the "
-                                           "head axis before the role axis",
+                         (H, 3, D, *rest): say("the rows are in the right order: reshape back "
+                                               "to the input's shape"),
+                         (3, H, D, *rest): say("reshape back to the input's shape, with the "
+                                               "head axis before the role axis"),
                      })
         return run
 
     return _run("to_per_head_layout", to_per_head_layout, [
-        ("weight (24, 8): C = 8 in 2 heads of width 4", case((24, 8), 2)),
-        ("bias (36,): C = 12 in 4 heads of width 3", case((36,), 4)),
-        ("weight (36, 12): C = 12 in 2 heads of width 6", case((36, 12), 2)),
-        ("weight (48, 16): C = 16 in 4 heads of width 4", case((48, 16), 4)),
+        (say("weight (24, 8): C = 8 in 2 heads of width 4"), case((24, 8), 2)),
+        (say("bias (36,): C = 12 in 4 heads of width 3"), case((36,), 4)),
+        (say("weight (36, 12): C = 12 in 2 heads of width 6"), case((36, 12), 2)),
+        (say("weight (48, 16): C = 16 in 4 heads of width 4"), case((48, 16), 4)),
     ], rules=RULES["to_per_head_layout"])

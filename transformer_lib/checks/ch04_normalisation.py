@@ -22,6 +22,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.encoder_decoder import EncoderLayer
 
 #: What the student's code may call in each exercise: exercise function -> its
@@ -48,20 +49,20 @@ def _rate_mistakes(d_model: int, warmup: int, base_lr: float, step: int
     right = _noam(d_model, warmup, step)
     return [
         (base_lr * right,
-         "LambdaLR multiplies the optimizer's lr by your factor, so the factor must be the "
-         "paper's rate divided by base_lr"),
+         say("LambdaLR multiplies the optimizer's lr by your factor, so the factor must be "
+             "the paper's rate divided by base_lr")),
         (base_lr * base_lr * right,
-         "the factor was multiplied by base_lr; LambdaLR multiplies by base_lr once more: "
-         "divide instead"),
+         say("the factor was multiplied by base_lr; LambdaLR multiplies by base_lr once more: "
+             "divide instead")),
         (min(t ** -0.5, t * warmup ** -1.5),
-         "the paper's rate starts with the factor d_model^-0.5"),
+         say("the paper's rate starts with the factor d_model^-0.5")),
         (d_model ** -0.5 * min(t ** -0.5, t * warmup ** -0.5),
-         "the rise is t · warmup^-1.5, so that the two branches meet at t = warmup"),
+         say("the rise is t · warmup^-1.5, so that the two branches meet at t = warmup")),
         (_noam(d_model, warmup, t + 1),
-         "one step late: this exercise takes the step LambdaLR passes as the paper's t and "
-         "counts only step 0 as 1, max(step, 1), the Annotated Transformer's convention; "
-         "step + 1 maps LambdaLR's count from 0 onto the paper's count from 1, a faithful "
-         "convention too, but not the one asked for here"),
+         say("one step late: this exercise takes the step LambdaLR passes as the paper's t "
+             "and counts only step 0 as 1, max(step, 1), the Annotated Transformer's "
+             "convention; step + 1 maps LambdaLR's count from 0 onto the paper's count from 1, "
+             "a faithful convention too, but not the one asked for here")),
     ]
 
 
@@ -70,19 +71,19 @@ def _factor(fn: Callable[[int], float], step: int) -> float:
     try:
         got = _call(fn, [step], ["step"])
     except _Failure as failure:
-        hint = ("LambdaLR calls the function with step 0 as soon as it is created: count "
-                "step 0 as step 1" if step == 0 else failure.hint)
-        raise _Failure(f"the returned function, at step {step}, {failure.message}",
-                       hint) from None
-    return _as_number(got, f"the factor at step {step}")
+        hint = (say("LambdaLR calls the function with step 0 as soon as it is created: count "
+                    "step 0 as step 1") if step == 0 else failure.hint)
+        raise _Failure(say("the returned function, at step {step}, {message}", step=step,
+                           message=failure.message), hint) from None
+    return _as_number(got, say("the factor at step {step}", step=step))
 
 
 def _multiplier(noam_for_base_lr: Callable, d_model: int, warmup: int, base_lr: float
                 ) -> Callable[[int], float]:
     fn = _call(noam_for_base_lr, [d_model, warmup, base_lr], ["d_model", "warmup", "base_lr"])
     if not callable(fn):
-        raise _Failure(f"returned {_describe(fn)}: return the function of the step that "
-                       "LambdaLR will call")
+        raise _Failure(say("returned {got}: return the function of the step that LambdaLR "
+                           "will call", got=_describe(fn)))
     return fn
 
 
@@ -109,7 +110,8 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
             for step in steps:
                 rate = base_lr * _factor(fn, step)
                 _compare_number(rate, _noam(d_model, warmup, step),
-                                f"the rate at step {step} (base_lr × your factor)",
+                                say("the rate at step {step} (base_lr × your factor)",
+                                    step=step),
                                 mistakes=_rate_mistakes(d_model, warmup, base_lr, step))
         return run
 
@@ -124,7 +126,8 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
             for step in range(n):
                 reported = optimizer.param_groups[0]["lr"]
                 _compare_number(reported, _noam(d_model, warmup, step),
-                                f"the rate the optimizer reports at step {step}",
+                                say("the rate the optimizer reports at step {step}",
+                                    step=step),
                                 mistakes=_rate_mistakes(d_model, warmup, base_lr, step))
                 optimizer.step()
                 scheduler.step()
@@ -132,17 +135,17 @@ def check_noam_for_base_lr(noam_for_base_lr: Callable[[int, int, float], Callabl
 
     def zero_base() -> None:
         _expect_value_error(noam_for_base_lr, [512, 4000, 0.0],
-                            "with base_lr = 0 the optimizer's rate is 0 × factor = 0 whatever "
-                            "the factor", must_name=["base_lr"])
+                            say("with base_lr = 0 the optimizer's rate is 0 × factor = 0 "
+                                "whatever the factor"), must_name=["base_lr"])
 
     return _run("noam_for_base_lr", noam_for_base_lr, [
-        ("d_model 512, warmup 4000, base_lr 1e-3: steps 0 to 100000",
+        (say("d_model 512, warmup 4000, base_lr 1e-3: steps 0 to 100000"),
          at_steps(512, 4000, 1e-3, [0, 1, 2, 100, 3999, 4000, 4001, 20000, 100000])),
-        ("d_model 64, warmup 10, base_lr 0.5: the rates LambdaLR reports for 40 steps",
+        (say("d_model 64, warmup 10, base_lr 0.5: the rates LambdaLR reports for 40 steps"),
          with_lambda_lr(64, 10, 0.5, 40)),
-        ("d_model 128, warmup 50, base_lr 3.0: the rates LambdaLR reports for 120 steps",
+        (say("d_model 128, warmup 50, base_lr 3.0: the rates LambdaLR reports for 120 steps"),
          with_lambda_lr(128, 50, 3.0, 120)),
-        ("base_lr 0 raises a ValueError", zero_base),
+        (say("base_lr 0 raises a ValueError"), zero_base),
     ], rules=RULES["noam_for_base_lr"])
 
 
@@ -165,8 +168,9 @@ class _NoNorm(nn.Module):
         self.name = name
 
     def forward(self, x: Tensor) -> Tensor:
-        raise RuntimeError(f"ReZero has no norm: this layer's {self.name} is not there to be "
-                           "called; use only layer.self_attn and layer.feed_forward")
+        raise RuntimeError(say("ReZero has no norm: this layer's {name} is not there to be "
+                               "called; use only layer.self_attn and layer.feed_forward",
+                               name=self.name))
 
 
 def _encoder_layer(g: torch.Generator, d_model: int, n_heads: int) -> EncoderLayer:
@@ -204,17 +208,19 @@ def _rezero_mistakes(layer: EncoderLayer, x: Tensor, alpha: Tensor
                      ) -> list[tuple[Tensor, str]]:
     return [
         (_rezero(layer, x, alpha, gate=(False, False)),
-         "alpha is missing: each sublayer's output is multiplied by alpha before it is added"),
+         say("alpha is missing: each sublayer's output is multiplied by alpha before it is "
+             "added")),
         (_rezero(layer, x, alpha, scale_sum=True),
-         "alpha multiplies the sublayer's output only, x + alpha·f(x): the residual path x "
-         "is left as it is, so that the layer is the identity at alpha = 0"),
+         say("alpha multiplies the sublayer's output only, x + alpha·f(x): the residual path "
+             "x is left as it is, so that the layer is the identity at alpha = 0")),
         (_rezero(layer, x, alpha, gate=(True, False)),
-         "the feed-forward network's output needs alpha too: one alpha gates both sublayers"),
+         say("the feed-forward network's output needs alpha too: one alpha gates both "
+             "sublayers")),
         (_rezero(layer, x, alpha, gate=(False, True)),
-         "the attention's output needs alpha too: one alpha gates both sublayers"),
+         say("the attention's output needs alpha too: one alpha gates both sublayers")),
         (_rezero(layer, x, alpha, parallel=True),
-         "the feed-forward network reads the stream after the attention's update, "
-         "h = x + alpha·attn(x), not x"),
+         say("the feed-forward network reads the stream after the attention's update, "
+             "h = x + alpha·attn(x), not x")),
     ]
 
 
@@ -250,42 +256,44 @@ def check_rezero_encoder_layer(rezero_encoder_layer: Callable[[EncoderLayer, Ten
             with torch.no_grad():
                 want = _rezero(layer, x, a)
                 mistakes = _rezero_mistakes(layer, x, a)
-            _compare(got, want, "the output", letters="(B, T, C)",
-                     axes=("batch", "position", "channel"), mistakes=mistakes)
+            _compare(got, want, say("the output"), letters=say("(B, T, C)"),
+                     axes=(say("batch"), say("position"), say("channel")), mistakes=mistakes)
         return run
 
     def identity_at_zero() -> None:
         layer, x, a = inputs(2, 4, 8, 2, 0.0)
         got = _call(rezero_encoder_layer, [layer, x, a], ["layer", "x", "alpha"])
-        _compare(got, x, "the output at alpha = 0", letters="(B, T, C)", atol=0.0, rtol=0.0,
-                 mistakes=[(torch.zeros_like(x), "at alpha = 0 the output is 0: alpha "
-                            "multiplies the residual path too; it should gate f(x) only")])
+        _compare(got, x, say("the output at alpha = 0"), letters=say("(B, T, C)"), atol=0.0,
+                 rtol=0.0,
+                 mistakes=[(torch.zeros_like(x), say("at alpha = 0 the output is 0: alpha "
+                                                     "multiplies the residual path too; it "
+                                                     "should gate f(x) only"))])
 
     def alpha_learns() -> None:
         layer, x, a = inputs(2, 3, 8, 1, 0.5)
         r = torch.randn(x.shape, generator=g)  # (B, T, C): a fixed direction for the loss
         got = _call(rezero_encoder_layer, [layer, x, a], ["layer", "x", "alpha"])
         want = torch.autograd.grad((_rezero(layer, x, a) * r).sum(), a)[0]
-        no_grad = _Failure("alpha gets no gradient from the output",
-                           "keep alpha a tensor in the computation: float(alpha), "
-                           "alpha.item() or alpha.detach() cut it out of the graph, "
-                           "so it could never learn")
+        no_grad = _Failure(say("alpha gets no gradient from the output"),
+                           say("keep alpha a tensor in the computation: float(alpha), "
+                               "alpha.item() or alpha.detach() cut it out of the graph, "
+                               "so it could never learn"))
         if not isinstance(got, Tensor) or got.shape != x.shape:
-            raise _Failure(f"returned {_describe(got)}, expected a tensor of shape "
-                           f"{tuple(x.shape)}")
+            raise _Failure(say("returned {got}, expected a tensor of shape {shape}",
+                               got=_describe(got), shape=tuple(x.shape)))
         if not got.requires_grad:
             raise no_grad
         grad = torch.autograd.grad((got * r).sum(), a, allow_unused=True)[0]
         if grad is None:
             raise no_grad
-        _compare(grad, want, "the gradient of (output · r).sum() with respect to alpha",
+        _compare(grad, want, say("the gradient of (output · r).sum() with respect to alpha"),
                  atol=1e-4, rtol=1e-4)
 
     return _run("rezero_encoder_layer", rezero_encoder_layer, [
-        ("B 2, T 5, C 16, 2 heads, alpha 0.37", output(2, 5, 16, 2, 0.37)),
-        ("B 1, T 3, C 8, 1 head, alpha -0.8", output(1, 3, 8, 1, -0.8)),
-        ("alpha 0: the layer is exactly the identity", identity_at_zero),
-        ("alpha gets its gradient (it is learnt)", alpha_learns),
+        (say("B 2, T 5, C 16, 2 heads, alpha 0.37"), output(2, 5, 16, 2, 0.37)),
+        (say("B 1, T 3, C 8, 1 head, alpha -0.8"), output(1, 3, 8, 1, -0.8)),
+        (say("alpha 0: the layer is exactly the identity"), identity_at_zero),
+        (say("alpha gets its gradient (it is learnt)"), alpha_learns),
     ], rules=RULES["rezero_encoder_layer"])
 
 
@@ -317,19 +325,20 @@ def _profile_mistakes(layers: list[EncoderLayer], x: Tensor, target: Tensor
     alpha = (2 * n) ** 0.25
     return [
         (_profile(layers, x, target, alpha=1.0),
-         "that is the plain post-norm stack: DeepNorm multiplies the residual x by "
-         "alpha = (2N)^(1/4) before the sublayer's output is added, LN(alpha·x + f(x))"),
+         say("that is the plain post-norm stack: DeepNorm multiplies the residual x by "
+             "alpha = (2N)^(1/4) before the sublayer's output is added, LN(alpha·x + f(x))")),
         (_profile(layers, x, target, alpha=(8 * n) ** -0.25),
-         "alpha = (2N)^(1/4) is larger than 1: it up-weights the residual; (8N)^(-1/4) is "
-         "beta, DeepNorm's gain for the initial weights"),
+         say("alpha = (2N)^(1/4) is larger than 1: it up-weights the residual; (8N)^(-1/4) "
+             "is beta, DeepNorm's gain for the initial weights")),
         (_profile(layers, x, target, alpha=alpha, gate_branch=True),
-         "alpha multiplies x, the residual, not the sublayer's output: LN(alpha·x + f(x))"),
+         say("alpha multiplies x, the residual, not the sublayer's output: "
+             "LN(alpha·x + f(x))")),
         (_profile(layers, x, target, alpha=alpha, only_sublayers=True),
-         "each layer's gradient norm covers all its parameters, the norms' weights and "
-         "biases included"),
+         say("each layer's gradient norm covers all its parameters, the norms' weights and "
+             "biases included")),
         (_profile(layers, x, target, alpha=alpha, summed=True),
-         "the loss is the mean squared error over every entry, ((y - target)**2).mean(), "
-         "not the sum"),
+         say("the loss is the mean squared error over every entry, "
+             "((y - target)**2).mean(), not the sum")),
     ]
 
 
@@ -355,8 +364,9 @@ def check_deepnorm_gradient_profile(deepnorm_gradient_profile: Callable[..., Ten
         layers = nn.ModuleList(_encoder_layer(g, C, H) for _ in range(n_layers))
         for layer in layers:
             layer.forward = _refuse(
-                "this layer's own forward is the plain post-norm layer: build DeepNorm's "
-                "sum from layer.norm1, layer.self_attn, layer.norm2 and layer.feed_forward")
+                say("this layer's own forward is the plain post-norm layer: build "
+                    "DeepNorm's sum from layer.norm1, layer.self_attn, layer.norm2 and "
+                    "layer.feed_forward"))
         x = torch.randn(B, T, C, generator=g)  # (B, T, C)
         target = torch.randn(B, T, C, generator=g)  # (B, T, C)
 
@@ -367,12 +377,13 @@ def check_deepnorm_gradient_profile(deepnorm_gradient_profile: Callable[..., Ten
                         ["layers", "x", "target"])
             want = _profile(list(layers), x, target, alpha=(2 * n_layers) ** 0.25)
             mistakes = _profile_mistakes(list(layers), x, target)
-            _compare(got, want, "the gradient norms", letters="(N,)", axes=("layer",),
+            _compare(got, want, say("the gradient norms"), letters="(N,)",
+                     axes=(say("layer"),),
                      mistakes=mistakes, atol=1e-5, rtol=1e-4)
         return run
 
     return _run("deepnorm_gradient_profile", deepnorm_gradient_profile, [
-        ("1 layer, B 2, T 4, C 8, 2 heads", case(1, 2, 4, 8, 2)),
-        ("3 layers, B 2, T 5, C 16, 2 heads", case(3, 2, 5, 16, 2)),
-        ("6 layers, B 1, T 6, C 8, 1 head", case(6, 1, 6, 8, 1)),
+        (say("1 layer, B 2, T 4, C 8, 2 heads"), case(1, 2, 4, 8, 2)),
+        (say("3 layers, B 2, T 5, C 16, 2 heads"), case(3, 2, 5, 16, 2)),
+        (say("6 layers, B 1, T 6, C 8, 1 head"), case(6, 1, 6, 8, 1)),
     ], rules=RULES["deepnorm_gradient_profile"])

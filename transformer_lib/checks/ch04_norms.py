@@ -12,6 +12,7 @@ from torch import Tensor
 
 from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import CheckResult, _call, _compare, _generator, _run
+from transformer_lib.checks._messages import say
 
 # The framework's norms, in any of their spellings.
 _NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
@@ -60,12 +61,13 @@ def _inputs(g: torch.Generator) -> list[tuple[str, Tensor, float]]:
     outlier = torch.randn(4, 64, generator=g)
     outlier[:, 0] = 300.0  # 300² = 90,000 > 65,504: inf in fp16
     return [
-        ("(B, T, C) = (2, 5, 8), an offset of 1.5", spread, 1e-5),
-        ("one position, C = 3", torch.tensor([[4.9, 5.0, 5.1]]), 1e-5),
-        ("a spread of 0.001 around 1 (float64): eps matters to LayerNorm", tiny, 1e-5),
-        ("values of size 0.001 (float64): eps matters to RMSNorm", tiny - 1.0, 1e-6),
-        ("float16 with one channel at 300: its square overflows fp16", outlier.half(), 1e-5),
-        ("bfloat16: the result stays bfloat16",
+        (say("(B, T, C) = (2, 5, 8), an offset of 1.5"), spread, 1e-5),
+        (say("one position, C = 3"), torch.tensor([[4.9, 5.0, 5.1]]), 1e-5),
+        (say("a spread of 0.001 around 1 (float64): eps matters to LayerNorm"), tiny, 1e-5),
+        (say("values of size 0.001 (float64): eps matters to RMSNorm"), tiny - 1.0, 1e-6),
+        (say("float16 with one channel at 300: its square overflows fp16"), outlier.half(),
+         1e-5),
+        (say("bfloat16: the result stays bfloat16"),
          (3.0 * torch.randn(2, 3, 32, generator=g) + 0.5).bfloat16(), 1e-5),
     ]
 
@@ -74,8 +76,9 @@ def _tolerance(x: Tensor) -> float:
     return {torch.float16: 4e-3, torch.bfloat16: 3e-2}.get(x.dtype, 1e-5)
 
 
-_FP16_HINT = ("the statistics overflowed: 300² is inf in float16. Compute the mean and the "
-              "mean square in float32 (x.float()) and cast only the result back to x's dtype")
+def _fp16_hint() -> str:
+    return say("the statistics overflowed: 300² is inf in float16. Compute the mean and the "
+               "mean square in float32 (x.float()) and cast only the result back to x's dtype")
 
 
 def check_layer_norm(layer_norm: Callable[..., Tensor]) -> CheckResult:
@@ -102,21 +105,22 @@ def check_layer_norm(layer_norm: Callable[..., Tensor]) -> CheckResult:
             got = _call(layer_norm, [x, gamma, beta, eps], ["x", "gamma", "beta", "eps"])
             mistakes = [
                 (_layer_norm(x, gamma, beta, eps, unbiased=True),
-                 "the variance was divided by C - 1: LayerNorm divides by C "
-                 "(var(unbiased=False), as nn.LayerNorm does)"),
+                 say("the variance was divided by C - 1: LayerNorm divides by C "
+                     "(var(unbiased=False), as nn.LayerNorm does)")),
                 (_layer_norm(x, gamma, beta, eps, eps_outside=True),
-                 "eps was added after the square root: it goes under it, √(σ² + ε)"),
+                 say("eps was added after the square root: it goes under it, √(σ² + ε)")),
                 (_layer_norm(x, gamma, beta, eps, centre=False),
-                 "the mean was not subtracted: LayerNorm centres each position first"),
+                 say("the mean was not subtracted: LayerNorm centres each position first")),
                 (_layer_norm(x, gamma, beta, eps, swap=True),
-                 "gamma and beta are swapped: gamma scales, beta shifts"),
+                 say("gamma and beta are swapped: gamma scales, beta shifts")),
                 (_layer_norm(x, gamma, beta, eps, dim=0) if x.shape[0] > 1 else x,
-                 "the statistics ran over the wrong axis: each position is normalised over "
-                 "its own C channels, the last axis"),
+                 say("the statistics ran over the wrong axis: each position is normalised "
+                     "over its own C channels, the last axis")),
             ]
             tol = _tolerance(x)
-            _compare(got, _layer_norm(x, gamma, beta, eps), "the output", letters="(..., C)",
-                     atol=tol, rtol=tol, mistakes=mistakes, nan_hint=_FP16_HINT,
+            _compare(got, _layer_norm(x, gamma, beta, eps), say("the output"),
+                     letters=say("(..., C)"), atol=tol, rtol=tol, mistakes=mistakes,
+                     nan_hint=_fp16_hint(),
                      properties=[_not_constant(x, beta)])
         return run
 
@@ -147,19 +151,21 @@ def check_rms_norm(rms_norm: Callable[..., Tensor]) -> CheckResult:
             got = _call(rms_norm, [x, weight, eps], ["x", "g", "eps"])
             mistakes = [
                 (_rms_norm(x, weight, eps, centre=True),
-                 "that divides by the standard deviation: RMSNorm subtracts no mean, it "
-                 "divides by the root of the mean square"),
+                 say("that divides by the standard deviation: RMSNorm subtracts no mean, it "
+                     "divides by the root of the mean square")),
                 (_rms_norm(x, weight, eps, eps_outside=True),
-                 "eps was added after the square root: it goes under it, √(mean(x²) + ε)"),
+                 say("eps was added after the square root: it goes under it, "
+                     "√(mean(x²) + ε)")),
                 (_rms_norm(x, weight, eps, scale=False),
-                 "the learned scale g was not applied: multiply the normalised x by g"),
+                 say("the learned scale g was not applied: multiply the normalised x by g")),
                 (_rms_norm(x, weight, eps, dim=0) if x.shape[0] > 1 else x,
-                 "the mean square ran over the wrong axis: each position over its own C "
-                 "channels, the last axis"),
+                 say("the mean square ran over the wrong axis: each position over its own C "
+                     "channels, the last axis")),
             ]
             tol = _tolerance(x)
-            _compare(got, _rms_norm(x, weight, eps), "the output", letters="(..., C)",
-                     atol=tol, rtol=tol, mistakes=mistakes, nan_hint=_FP16_HINT,
+            _compare(got, _rms_norm(x, weight, eps), say("the output"),
+                     letters=say("(..., C)"), atol=tol, rtol=tol, mistakes=mistakes,
+                     nan_hint=_fp16_hint(),
                      properties=[_not_constant(x, torch.zeros_like(weight))])
         return run
 
@@ -175,5 +181,5 @@ def _not_constant(x: Tensor, shift: Tensor) -> Callable[[Tensor], str | None]:
         if x.dtype != torch.float16 or got.shape != x.shape:
             return None
         lost = (got.detach() == shift).all(dim=-1) & (x != 0).any(dim=-1)
-        return _FP16_HINT if lost.any() else None
+        return _fp16_hint() if lost.any() else None
     return check

@@ -25,6 +25,7 @@ from transformer_lib.checks._harness import (
     _matches,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.encoder_decoder import EncoderDecoder
 from transformer_lib.tasks import reversal_batch, reversal_config
 
@@ -151,15 +152,21 @@ def _batches(g: torch.Generator, V: int, n: int, ignored: int) -> list[tuple[Ten
     return batches
 
 
-# The cases: (description, model seed, updates, labels -100 per batch, settings).
+# The cases: (model seed, updates, labels -100 per batch, settings); their descriptions are
+# _case_titles(), in the same order.
 _CASES = [
-    ("warmup 2, the 2017 betas and smoothing: four updates (the rate rises, then decays), "
-     "two labels -100 per batch", 0, 4, 2,
-     {"warmup": 2, "lr_scale": 1.0, "smoothing": 0.1, "betas": (0.9, 0.98), "eps": 1e-9}),
-    ("lr_scale 0.5, smoothing 0.2, betas (0.8, 0.95), ε 1e-6, warmup 3: three updates, three "
-     "labels -100 per batch", 1, 3, 3,
-     {"warmup": 3, "lr_scale": 0.5, "smoothing": 0.2, "betas": (0.8, 0.95), "eps": 1e-6}),
+    (0, 4, 2, {"warmup": 2, "lr_scale": 1.0, "smoothing": 0.1, "betas": (0.9, 0.98),
+               "eps": 1e-9}),
+    (1, 3, 3, {"warmup": 3, "lr_scale": 0.5, "smoothing": 0.2, "betas": (0.8, 0.95),
+               "eps": 1e-6}),
 ]
+
+
+def _case_titles() -> list[str]:
+    return [say("warmup 2, the 2017 betas and smoothing: four updates (the rate rises, then "
+                "decays), two labels -100 per batch"),
+            say("lr_scale 0.5, smoothing 0.2, betas (0.8, 0.95), ε 1e-6, warmup 3: three "
+                "updates, three labels -100 per batch")]
 
 
 def _case_inputs() -> list[tuple[str, EncoderDecoder, list[tuple[Tensor, ...]], dict]]:
@@ -167,7 +174,7 @@ def _case_inputs() -> list[tuple[str, EncoderDecoder, list[tuple[Tensor, ...]], 
     from the checker's generator."""
     g = _generator()
     found = []
-    for title, seed, steps, ignored, settings in _CASES:
+    for title, (seed, steps, ignored, settings) in zip(_case_titles(), _CASES):
         model = _model(seed)
         found.append((title, model, _batches(g, model.config.tgt_vocab_size, steps, ignored),
                       settings))
@@ -178,43 +185,46 @@ def _mistakes(settings: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """The usual mistakes, as keywords of :func:`_trajectory`, with their hints."""
     return [
         ({"bias_correction": "none"},
-         "Adam's moments start at 0, so for the first updates they are too small: divide m by "
-         "1 - β1^(t+1) and v by 1 - β2^(t+1) (the bias correction)"),
+         say("Adam's moments start at 0, so for the first updates they are too small: divide "
+             "m by 1 - β1^(t+1) and v by 1 - β2^(t+1) (the bias correction)")),
         ({"bias_correction": "max(t,1)"},
-         "the bias correction of update t uses t + 1 (1, 2, 3, ...), while the Noam rate uses "
-         "max(t, 1): the two counts differ from the second update on"),
+         say("the bias correction of update t uses t + 1 (1, 2, 3, ...), while the Noam rate "
+             "uses max(t, 1): the two counts differ from the second update on")),
         ({"noam_shift": 1},
-         "the Noam rate is one update late: update t (0, 1, 2, ...) uses noam(max(t, 1)), as "
-         "LambdaLR does; t + 1 belongs to the bias correction only"),
-        ({"d_factor": False}, "the Noam rate starts with the factor d_model^-0.5 "
-                              "(model.config.d_model)"),
+         say("the Noam rate is one update late: update t (0, 1, 2, ...) uses noam(max(t, 1)), "
+             "as LambdaLR does; t + 1 belongs to the bias correction only")),
+        ({"d_factor": False}, say("the Noam rate starts with the factor d_model^-0.5 "
+                                  "(model.config.d_model)")),
         ({"eps_inside": True},
-         "ε goes after the square root, √v̂ + ε, as torch.optim.Adam adds it, not under it"),
+         say("ε goes after the square root, √v̂ + ε, as torch.optim.Adam adds it, not under "
+             "it")),
         ({"others": "V-1"},
-         "that is tensor2tensor's smoothing, ε/(V-1) on each wrong token; this chapter's target "
-         "is (1 - ε) one-hot + ε/V on every token, the true one included"),
+         say("that is tensor2tensor's smoothing, ε/(V-1) on each wrong token; this chapter's "
+             "target is (1 - ε) one-hot + ε/V on every token, the true one included")),
         ({"mean_over_all": True},
-         f"the positions labelled {_IGNORE} were counted in the mean: divide the sum of the "
-         "kept positions' losses by the number of kept positions"),
+         say("the positions labelled {ignored} were counted in the mean: divide the sum of the "
+             "kept positions' losses by the number of kept positions", ignored=_IGNORE)),
         ({"accumulate": True},
-         "the gradients of the earlier calls were added to this one's: backward() accumulates "
-         "into .grad, so zero the gradients (or set them to None) before each backward"),
+         say("the gradients of the earlier calls were added to this one's: backward() "
+             "accumulates into .grad, so zero the gradients (or set them to None) before each "
+             "backward")),
         ({"use_scale": False},
-         "lr_scale was ignored: the rate is lr_scale · noam(t)"),
+         say("lr_scale was ignored: the rate is lr_scale · noam(t)")),
         ({"beta2": 0.999},
-         "β2 = 0.999 is PyTorch's default; use the betas given (β2 = "
-         f"{settings['betas'][1]} here)"),
+         say("β2 = 0.999 is PyTorch's default; use the betas given (β2 = {beta2} here)",
+             beta2=settings["betas"][1])),
         ({"betas": (0.9, 0.98)},
-         f"the betas given, {settings['betas']}, were not used"),
+         say("the betas given, {betas}, were not used", betas=settings["betas"])),
         ({"smoothing": 0.1},
-         f"the smoothing given, {settings['smoothing']}, was not used"),
+         say("the smoothing given, {smoothing}, was not used", smoothing=settings["smoothing"])),
         ({"loss_after": True},
-         "return the loss computed before the update, the one the gradients came from"),
+         say("return the loss computed before the update, the one the gradients came from")),
     ]
 
 
-_NAN_HINT = ("Adam's bias correction divides by 1 - β^(t+1): with the count t starting at 0, "
-             "1 - β^0 = 0 gives inf and NaN at the first update")
+def _nan_hint() -> str:
+    return say("Adam's bias correction divides by 1 - β^(t+1): with the count t starting at 0, "
+               "1 - β^0 = 0 gives inf and NaN at the first update")
 
 
 def check_training_step(training_step: Callable[..., float]) -> CheckResult:
@@ -274,18 +284,21 @@ def _check_loss(got: Any, t: int, want: float,
                 mistakes: Callable[[], list[tuple[float, str]]]) -> None:
     """The value returned by update ``t``: a Python float equal to the reference's loss
     (``mistakes()``: the losses of the usual mistakes, with their hints)."""
-    what = f"the loss returned by update t = {t}"
+    what = say("the loss returned by update t = {t}", t=t)
     if isinstance(got, Tensor):
-        raise _Failure(f"{what} is a tensor of shape {tuple(got.shape)}, not a Python float",
-                       "return loss.item(): a float, which does not keep the step's graph alive")
+        raise _Failure(say("{what} is a tensor of shape {shape}, not a Python float",
+                           what=what, shape=tuple(got.shape)),
+                       say("return loss.item(): a float, which does not keep the step's graph "
+                           "alive"))
     value = _as_number(got, what)
     if value != value:
-        raise _Failure(f"NaN appeared in {what} (expected {want:.6g})")
+        raise _Failure(say("NaN appeared in {what} (expected {want:.6g})", what=what, want=want))
     if abs(value - want) <= _LOSS_TOL * abs(want):
         return
     known = next((hint for wrong, hint in mistakes()
                   if abs(value - wrong) <= _LOSS_TOL * abs(wrong)), None)
-    raise _Failure(f"wrong value for {what}: expected {want:.6g}, got {value:.6g}", known)
+    raise _Failure(say("wrong value for {what}: expected {want:.6g}, got {value:.6g}",
+                       what=what, want=want, value=value), known)
 
 
 def _check_params(model: EncoderDecoder, names: list[str], t: int, before: list[Tensor],
@@ -295,27 +308,29 @@ def _check_params(model: EncoderDecoder, names: list[str], t: int, before: list[
     got = [p.detach() for p in model.parameters()]
     if len(got) != len(want) or any(a.shape != b.shape or a.dtype != b.dtype
                                     for a, b in zip(got, want)):
-        raise _Failure(f"after update t = {t} the model's parameters changed in number, shape "
-                       "or dtype", "update each parameter in place (p.sub_(...) under "
-                       "torch.no_grad()), keeping its shape and dtype")
+        raise _Failure(say("after update t = {t} the model's parameters changed in number, "
+                           "shape or dtype", t=t),
+                       say("update each parameter in place (p.sub_(...) under torch.no_grad()), "
+                           "keeping its shape and dtype"))
     for name, a in zip(names, got):
         if not torch.isfinite(a).all():
-            raise _Failure(f"NaN or inf appeared in the parameter `{name}` after update "
-                           f"t = {t}", _NAN_HINT)
+            raise _Failure(say("NaN or inf appeared in the parameter `{name}` after update "
+                               "t = {t}", name=name, t=t), _nan_hint())
     wrong = [(name, a, b) for name, a, b in zip(names, got, want)
              if not torch.allclose(a, b, rtol=_PARAM_RTOL, atol=_PARAM_ATOL)]
     if not wrong:
         return
     if all(torch.equal(a, b) for a, b in zip(got, before)):
-        raise _Failure(f"update t = {t} left every parameter as it was",
-                       "change the model's own parameter tensors in place under "
-                       "torch.no_grad() (p -= ... or p.sub_(...)): `p = p - ...` makes a new "
-                       "tensor and leaves the model's as it was")
+        raise _Failure(say("update t = {t} left every parameter as it was", t=t),
+                       say("change the model's own parameter tensors in place under "
+                           "torch.no_grad() (p -= ... or p.sub_(...)): `p = p - ...` makes a "
+                           "new tensor and leaves the model's as it was"))
     name, a, b = wrong[0]
     flat = torch.cat([p.flatten() for p in got])
     known = next((hint for steps, hint in mistakes()
                   if _matches(flat, torch.cat([p.flatten() for p in steps[t][1]]),
                               _PARAM_ATOL, _PARAM_RTOL)), None)
-    raise _Failure(f"after update t = {t}, {len(wrong)} of {len(got)} parameter tensors are "
-                   f"wrong, the first `{name}` (off by up to {(a - b).abs().max().item():.3g})",
+    raise _Failure(say("after update t = {t}, {wrong} of {n} parameter tensors are wrong, the "
+                       "first `{name}` (off by up to {off:.3g})", t=t, wrong=len(wrong),
+                       n=len(got), name=name, off=(a - b).abs().max().item()),
                    known)
