@@ -20,6 +20,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
 
 #: What the student's code may call in each exercise: exercise function -> its
@@ -58,9 +59,10 @@ def _moves_the_table(k: int, d: int) -> Callable[[Tensor], str | None]:
         if not wrong.any():
             return None
         row, channel = (int(i) for i in wrong.nonzero()[0])
-        return (f"M @ PE(pos) differs from PE(pos + k) at pos = {start + row}, channel "
-                f"{channel}: {moved[row, channel].item():.4g} instead of "
-                f"{after[row, channel].item():.4g}")
+        return say("M @ PE(pos) differs from PE(pos + k) at pos = {pos}, channel "
+                   "{channel}: {moved:.4g} instead of "
+                   "{after:.4g}", pos=start + row, channel=channel,
+                   moved=moved[row, channel].item(), after=after[row, channel].item())
     return prop
 
 
@@ -87,24 +89,24 @@ def check_sinusoid_shift_matrix(sinusoid_shift_matrix: Callable[[int, int], Tens
                 got = got.double()  # float32 is fine: the comparison allows its rounding
             mistakes = [
                 (_shift_matrix(k, d, transpose=True),
-                 "this matrix moves the encoding k positions back (it is M_{-k}): in channel "
-                 "pair i, the new sine is sin(pos·ω) cos(k·ω) + cos(pos·ω) sin(k·ω), so the "
-                 "entry for the cosine in the sine's row is +sin(k·ω)"),
+                 say("this matrix moves the encoding k positions back (it is M_{{-k}}): in channel "
+                     "pair i, the new sine is sin(pos·ω) cos(k·ω) + cos(pos·ω) sin(k·ω), so the "
+                     "entry for the cosine in the sine's row is +sin(k·ω)")),
                 (_shift_matrix(k, d, exponent=1.0),
-                 "pair i turns by ω_i = 1 / 10000^(2i/d) per position: the exponent is 2i/d, "
-                 "with i counting pairs (or 2i counting channels)"),
+                 say("pair i turns by ω_i = 1 / 10000^(2i/d) per position: the exponent is 2i/d, "
+                     "with i counting pairs (or 2i counting channels)")),
                 (_shift_matrix(1, d),
-                 "the angle of each block is k·ω_i, not ω_i: this is the matrix for one step"),
+                 say("the angle of each block is k·ω_i, not ω_i: this is the matrix for one step")),
             ]
-            _compare(got, _shift_matrix(k, d), "M_k", letters="(d, d)", axes=("row", "column"),
+            _compare(got, _shift_matrix(k, d), "M_k", letters=say("(d, d)"), axes=("row", "column"),
                      atol=1e-6, rtol=0, properties=[_moves_the_table(k, d)], mistakes=mistakes)
         return run
 
     return _run("sinusoid_shift_matrix", sinusoid_shift_matrix, [
-        ("k = 1, d = 8", case(1, 8)),
-        ("k = 5, d = 16", case(5, 16)),
-        ("k = 0, d = 4: nothing moves", case(0, 4)),
-        ("k = -3, d = 12: back three positions", case(-3, 12)),
+        (say("k = 1, d = 8"), case(1, 8)),
+        (say("k = 5, d = 16"), case(5, 16)),
+        (say("k = 0, d = 4: nothing moves"), case(0, 4)),
+        (say("k = -3, d = 12: back three positions"), case(-3, 12)),
     ], rules=RULES["sinusoid_shift_matrix"])
 
 
@@ -138,12 +140,14 @@ def _pair_speeds(T: int, head_dim: int, factor: float, theta: float
             return None
         step = torch.atan2(sin[1].double(), cos[1].double())  # (D/2,): angle at position 1
         if abs(step[0].item() - 1.0) > 1e-5:
-            return (f"the fastest pair (column 0) turns {step[0].item():.4g} rad per position; "
-                    "NTK-aware scaling leaves it at 1 rad, as rope_cos_sin does")
+            return say("the fastest pair (column 0) turns {step:.4g} rad per position; "
+                       "NTK-aware scaling leaves it at 1 rad, as rope_cos_sin does",
+                       step=step[0].item())
         if abs(step[-1].item() - slow / factor) > 1e-5 * slow:
-            return (f"the slowest pair (the last column) turns {step[-1].item():.4g} rad per "
-                    f"position; it should turn factor = {factor:g} times more slowly than in "
-                    f"rope_cos_sin ({slow:.4g} / {factor:g} = {slow / factor:.4g})")
+            return say("the slowest pair (the last column) turns {step:.4g} rad per "
+                       "position; it should turn factor = {factor:g} times more slowly than in "
+                       "rope_cos_sin ({slow:.4g} / {factor:g} = {target:.4g})",
+                       step=step[-1].item(), factor=factor, slow=slow, target=slow / factor)
         return None
     return prop
 
@@ -154,18 +158,18 @@ def _ntk_mistakes(T: int, head_dim: int, factor: float, theta: float
     p = head_dim / (head_dim - 2)
     return [
         (_ntk_tables(T, head_dim, factor, theta, position_scale=1.0 / factor),
-         "this is position interpolation: every position is divided by factor, so every pair "
-         "slows down, the fastest too. NTK-aware scaling keeps the positions and raises the "
-         "base"),
+         say("this is position interpolation: every position is divided by factor, so every pair "
+             "slows down, the fastest too. NTK-aware scaling keeps the positions and raises the "
+             "base")),
         (_ntk_tables(T, head_dim, factor, theta, base_power=1.0),
-         "the base times factor slows the slowest pair only by factor^((D-2)/D): raise factor "
-         "to the power D/(D-2), so that its speed theta^(-(D-2)/D) is divided by exactly "
-         "factor"),
+         say("the base times factor slows the slowest pair only by factor^((D-2)/D): raise factor "
+             "to the power D/(D-2), so that its speed theta^(-(D-2)/D) is divided by exactly "
+             "factor")),
         (_ntk_tables(T, head_dim, factor, theta, base_power=-p),
-         "the pairs turn faster than with theta: the base must grow (theta times "
-         "factor^(D/(D-2))), not shrink"),
+         say("the pairs turn faster than with theta: the base must grow (theta times "
+             "factor^(D/(D-2))), not shrink")),
         (_ntk_tables(T, head_dim, factor, theta, swap=True),
-         "cos and sin are swapped: return the pair (cos, sin) in this order"),
+         say("cos and sin are swapped: return the pair (cos, sin) in this order")),
     ]
 
 
@@ -194,7 +198,7 @@ def check_ntk_rope_tables(ntk_rope_tables: Callable[..., tuple]) -> CheckResult:
             if theta is not None:
                 args, names = [*args, theta], [*names, "theta"]
             got = _call(ntk_rope_tables, args, names)
-            got = _items(got, 2, "the pair (cos, sin)")
+            got = _items(got, 2, say("the pair (cos, sin)"))
             got = [g.float() if isinstance(g, Tensor) and g.is_floating_point() else g
                    for g in got]
             want = _ntk_tables(T, head_dim, factor, base)
@@ -203,21 +207,21 @@ def check_ntk_rope_tables(ntk_rope_tables: Callable[..., tuple]) -> CheckResult:
             sin_ok = isinstance(got[1], Tensor) and got[1].shape == want[1].shape
             for i, name in enumerate(("cos", "sin")):
                 both = [lambda cos: speeds(cos, got[1])] if i == 0 and sin_ok else []
-                _compare(got[i], want[i], name, letters="(T, D/2)", axes=("position", "pair"),
+                _compare(got[i], want[i], name, letters=say("(T, D/2)"), axes=("position", "pair"),
                          atol=1e-5, rtol=0, properties=both,
                          mistakes=[(w[i], hint) for w, hint in wrong],
-                         shape_hints={(T, head_dim): f"{name} has one column per channel pair, "
-                                                     "D/2 in all (not the table repeated to D "
-                                                     "columns)"})
+                         shape_hints={(T, head_dim): say("{name} has one column per channel pair, "
+                                                         "D/2 in all (not the table repeated to D "
+                                                         "columns)", name=name)})
         return run
 
     return _run("ntk_rope_tables", ntk_rope_tables, [
-        ("T = 64, head_dim = 8, factor = 4: the chapter's model on 64 tokens",
+        (say("T = 64, head_dim = 8, factor = 4: the chapter's model on 64 tokens"),
          case(64, 8, 4.0, None)),
-        ("T = 40, head_dim = 16, factor = 2.5, theta = 500,000", case(40, 16, 2.5, 500_000.0)),
-        ("T = 6, head_dim = 4, factor = 1: the tables of rope_cos_sin",
+        (say("T = 40, head_dim = 16, factor = 2.5, theta = 500,000"), case(40, 16, 2.5, 500_000.0)),
+        (say("T = 6, head_dim = 4, factor = 1: the tables of rope_cos_sin"),
          case(6, 4, 1.0, None)),
-        ("T = 100, head_dim = 64, factor = 8", case(100, 64, 8.0, None)),
+        (say("T = 100, head_dim = 64, factor = 8"), case(100, 64, 8.0, None)),
     ], rules=RULES["ntk_rope_tables"])
 
 
@@ -247,21 +251,21 @@ def _cached_step(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tens
 
 
 _STORED_RAW = (dict(store_rotated=False),
-               "the new key went into the cache unrotated (row 0 of the tables turns nothing): "
-               "the next steps would compare their queries with a key that never turned; store "
-               "it rotated at its position P")
+               say("the new key went into the cache unrotated (row 0 of the tables turns nothing): "
+                   "the next steps would compare their queries with a key that never turned; store "
+                   "it rotated at its position P"))
 _STEP_MISTAKES = [
-    (dict(at=0), "the new token was rotated as if it sat at position 0: it sits at position "
-                 "P, after the P cached tokens, so its angles are row P of cos and sin"),
-    (dict(rotate_v=True), "the value was rotated: RoPE turns queries and keys only, the values "
-                          "go into the weighted sum as they are"),
-    (dict(rotate_q=False), "the query was not rotated: q and k both turn, so that their score "
-                           "depends on the distance between their positions"),
-    (dict(rotate_k=False), "the new key was not rotated: every key turns by its own "
-                           "position, the new one too"),
-    (dict(rotate_cache=True), "the cached keys were rotated a second time: the cache already "
-                              "holds them rotated, at their own positions"),
-    (dict(scale=False), "the scores must be divided by √D before the softmax"),
+    (dict(at=0), say("the new token was rotated as if it sat at position 0: it sits at position "
+                     "P, after the P cached tokens, so its angles are row P of cos and sin")),
+    (dict(rotate_v=True), say("the value was rotated: RoPE turns queries and keys only, the values "
+                              "go into the weighted sum as they are")),
+    (dict(rotate_q=False), say("the query was not rotated: q and k both turn, so that their score "
+                               "depends on the distance between their positions")),
+    (dict(rotate_k=False), say("the new key was not rotated: every key turns by its own "
+                               "position, the new one too")),
+    (dict(rotate_cache=True), say("the cached keys were rotated a second time: the cache already "
+                                  "holds them rotated, at their own positions")),
+    (dict(scale=False), say("the scores must be divided by √D before the softmax")),
 ]
 
 
@@ -295,7 +299,7 @@ def check_rope_cached_attention(rope_cached_attention: Callable[..., tuple]) -> 
         def run() -> None:
             got = _call(rope_cached_attention, args,
                         ["q", "k", "v", "k_cache", "v_cache", "cos", "sin"])
-            got = _items(got, 3, "the triple (out, keys, values)")
+            got = _items(got, 3, say("the triple (out, keys, values)"))
             want = _cached_step(*args)
             # For the keys, an unrotated new key is named first: it is also what a rotation
             # at position 0 stores.
@@ -304,16 +308,16 @@ def check_rope_cached_attention(rope_cached_attention: Callable[..., tuple]) -> 
             axes = ("batch", "head", "position", "channel")
             one, all_ = (B, H, 1, D), (B, H, P + 1, D)
             shape_hints = {
-                "out": {all_: "out is the new token's output only: one position"},
-                "keys": {(B, H, P, D): "keys must hold the new position too: P + 1 positions",
-                         one: "keys is the whole cache after the step: P + 1 positions"},
-                "values": {(B, H, P, D): "values must hold the new position too: P + 1 "
-                                         "positions",
-                           one: "values is the whole cache after the step: P + 1 positions"},
+                "out": {all_: say("out is the new token's output only: one position")},
+                "keys": {(B, H, P, D): say("keys must hold the new position too: P + 1 positions"),
+                         one: say("keys is the whole cache after the step: P + 1 positions")},
+                "values": {(B, H, P, D): say("values must hold the new position too: P + 1 "
+                                             "positions"),
+                           one: say("values is the whole cache after the step: P + 1 positions")},
             }
-            for i, (name, letters) in enumerate([("out", "(B, H, 1, D)"),
-                                                 ("keys", "(B, H, P + 1, D)"),
-                                                 ("values", "(B, H, P + 1, D)")]):
+            for i, (name, letters) in enumerate([("out", say("(B, H, 1, D)")),
+                                                 ("keys", say("(B, H, P + 1, D)")),
+                                                 ("values", say("(B, H, P + 1, D)"))]):
                 _compare(got[i], want[i], name, letters=letters, axes=axes,
                          mistakes=[(_cached_step(*args, **kwargs)[i], hint)
                                    for kwargs, hint in order[name]],
@@ -321,8 +325,8 @@ def check_rope_cached_attention(rope_cached_attention: Callable[..., tuple]) -> 
         return run
 
     return _run("rope_cached_attention", rope_cached_attention, [
-        ("batch 2, 2 heads, 5 cached positions, D = 8", case(2, 2, 5, 8, 16)),
-        ("batch 1, 3 heads, 11 cached positions, D = 4: the tables' last row",
+        (say("batch 2, 2 heads, 5 cached positions, D = 8"), case(2, 2, 5, 8, 16)),
+        (say("batch 1, 3 heads, 11 cached positions, D = 4: the tables' last row"),
          case(1, 3, 11, 4, 12)),
-        ("an empty cache: the first token, at position 0", case(2, 1, 0, 6, 8)),
+        (say("an empty cache: the first token, at position 0"), case(2, 1, 0, 6, 8)),
     ], rules=RULES["rope_cached_attention"])

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from transformer_lib.checks._guard import Rules
 from transformer_lib.checks._harness import CheckResult, _call, _compare, _generator, _run
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -66,8 +67,9 @@ def _keeps_lengths(x: Tensor) -> Callable[[Tensor], str | None]:
         before, after = x.double().norm(dim=-1), got.detach().double().norm(dim=-1)
         worst = ((after - before).abs() / before.clamp_min(1e-12)).max().item()
         if worst > 1e-2:
-            return (f"a vector's length changed by {worst:.1%}: a rotation keeps lengths, so "
-                    "each pair must be turned by cos and sin of one angle, both channels at once")
+            return say("a vector's length changed by {worst:.1%}: a rotation keeps lengths, so "
+                       "each pair must be turned by cos and sin of one angle, both channels at "
+                       "once", worst=worst)
         return None
     return check
 
@@ -75,8 +77,8 @@ def _keeps_lengths(x: Tensor) -> Callable[[Tensor], str | None]:
 def _check_rope(fn: Callable[..., Tensor], name: str, pairing: str) -> CheckResult:
     g = _generator()
     other = "interleaved" if pairing == "half" else "half"
-    pair_words = {"half": "channel i with channel i + D/2",
-                  "interleaved": "channel 2i with channel 2i + 1"}
+    pair_words = {"half": say("channel i with channel i + D/2"),
+                  "interleaved": say("channel 2i with channel 2i + 1")}
 
     def case(shape: tuple[int, ...], start: int = 0,
              dtype: torch.dtype = torch.float32) -> Callable[[], None]:
@@ -88,30 +90,32 @@ def _check_rope(fn: Callable[..., Tensor], name: str, pairing: str) -> CheckResu
             got = _call(fn, [x, cos, sin], ["x", "cos", "sin"])
             mistakes = [
                 (_rotate(x, cos, sin, pairing, turn=-1.0),
-                 "the pairs turned the wrong way: the first channel of a pair becomes "
-                 "x1·cos − x2·sin and the second x1·sin + x2·cos"),
+                 say("the pairs turned the wrong way: the first channel of a pair becomes "
+                     "x1·cos − x2·sin and the second x1·sin + x2·cos")),
                 (_rotate(x, cos, sin, other),
-                 f"that is the {other} pairing; here a pair is {pair_words[pairing]}"),
+                 say("that is the {other} pairing; here a pair is {pair}", other=other,
+                     pair=pair_words[pairing])),
                 (_rotate(x, cos, sin, pairing, swap=True),
-                 "cos and sin are swapped: the angle's cosine multiplies the channel itself"),
+                 say("cos and sin are swapped: the angle's cosine multiplies the channel itself")),
             ]
             if D > 2:
                 mistakes.append((
                     _rotate(x, cos, sin, pairing, layout=other),
-                    f"the rotated pairs came back in the {other} channel order: put each pair "
-                    f"back where it came from ({pair_words[pairing]})"))
+                    say("the rotated pairs came back in the {other} channel order: put each pair "
+                        "back where it came from ({pair})", other=other,
+                        pair=pair_words[pairing])))
             atol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-            _compare(got, _rotate(x, cos, sin, pairing), "the rotated x", letters="(..., T, D)",
-                     atol=atol, rtol=atol, mistakes=mistakes,
+            _compare(got, _rotate(x, cos, sin, pairing), say("the rotated x"),
+                     letters=say("(..., T, D)"), atol=atol, rtol=atol, mistakes=mistakes,
                      properties=[_keeps_lengths(x)] if dtype != torch.bfloat16 else [])
         return run
 
     return _run(name, fn, [
-        ("(T, D) = (5, 8), positions 0-4", case((5, 8))),
-        ("(B, H, T, D) = (2, 3, 6, 16), positions 7-12", case((2, 3, 6, 16), start=7)),
-        ("D = 2: one pair, positions 0-3", case((4, 2))),
-        ("positions 1000-1003: large angles", case((1, 4, 32), start=1000)),
-        ("bfloat16 x: the result stays bfloat16", case((2, 4, 8), dtype=torch.bfloat16)),
+        (say("(T, D) = (5, 8), positions 0-4"), case((5, 8))),
+        (say("(B, H, T, D) = (2, 3, 6, 16), positions 7-12"), case((2, 3, 6, 16), start=7)),
+        (say("D = 2: one pair, positions 0-3"), case((4, 2))),
+        (say("positions 1000-1003: large angles"), case((1, 4, 32), start=1000)),
+        (say("bfloat16 x: the result stays bfloat16"), case((2, 4, 8), dtype=torch.bfloat16)),
     ], rules=RULES[name])
 
 

@@ -22,6 +22,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.decoder import DecoderConfig
 
 # The framework's ready-made pieces of a decoder block.
@@ -99,7 +100,7 @@ def _attend(h: Tensor, w: dict[str, Tensor], cos: Tensor, sin: Tensor, H: int, H
     (B, T, C), D = h.shape, h.shape[-1] // H
 
     def split(name: str, n: int) -> Tensor:  # (B, n, T, D)
-        return (h @ w[f"self_attn.{name}.weight"].T).view(B, T, n, D).transpose(1, 2)
+        return (h @ w["self_attn." + name + ".weight"].T).view(B, T, n, D).transpose(1, 2)
 
     q, k, v = split("q_proj", H), split("k_proj", H_kv), split("v_proj", H_kv)
     q = _turn(q, cos, sin, pairing) if rope != "none" else q
@@ -119,7 +120,7 @@ def _attend(h: Tensor, w: dict[str, Tensor], cos: Tensor, sin: Tensor, H: int, H
 
 def _block(x: Tensor, weights: dict[str, Tensor], cos: Tensor, sin: Tensor, H: int,
            H_kv: int, eps: float, *, norm: str = "pre", residual: str = "both",
-           norms: str = "in order", ffn: dict[str, Any] | None = None, **attention: Any
+           norms: str = "in_order", ffn: dict[str, Any] | None = None, **attention: Any
            ) -> Tensor:
     """One pre-norm decoder block in float64 (the defaults) and its mistakes: post-norm, a
     residual left out (``"attn"``, ``"ffn"``), the norm weights swapped, a wrong feed-forward
@@ -159,12 +160,12 @@ def _logits(tokens: Tensor, weights: dict[str, Tensor], config: DecoderConfig, *
     cos, sin = _angles(tokens.shape[1], c.d_model // c.n_heads,
                        c.rope_theta if theta is None else theta, freq=freq)
     for i in range(c.n_layers):
-        prefix = "layers.0." if same_layer else f"layers.{i}."
+        prefix = "layers.0." if same_layer else "layers." + str(i) + "."
         layer = {k[len(prefix):]: t for k, t in weights.items() if k.startswith(prefix)}
         x = _block(x, layer, cos, sin, c.n_heads, c.n_kv_heads, eps, **block)
     if final_norm:
         x = _rms(x, weights["norm.weight"].double(), eps if final_eps is None else final_eps)
-    out = x @ weights[f"{'lm_head' if head == 'lm_head' else 'embed_tokens'}.weight"].double().T
+    out = x @ weights[("lm_head" if head == "lm_head" else "embed_tokens") + ".weight"].double().T
     return out.softmax(-1) if probs else out  # (B, T, V)
 
 
@@ -203,7 +204,8 @@ def _model_weights(config: DecoderConfig, g: torch.Generator, embed_std: float =
     V, C = config.vocab_size, config.d_model
     weights = {"embed_tokens.weight": embed_std * torch.randn(V, C, generator=g)}
     for i in range(config.n_layers):
-        weights.update({f"layers.{i}.{k}": t for k, t in _block_weights(config, g).items()})
+        weights.update({"layers." + str(i) + "." + k: t
+                        for k, t in _block_weights(config, g).items()})
     weights["norm.weight"] = _norm_weight(C, g)
     weights["lm_head.weight"] = (weights["embed_tokens.weight"] if config.tie_embeddings
                                  else _matrix(V, C, g))
@@ -212,23 +214,27 @@ def _model_weights(config: DecoderConfig, g: torch.Generator, embed_std: float =
 
 def _unchanged(weights: dict[str, Tensor], kept: dict[str, Tensor]) -> None:
     if weights.keys() != kept.keys() or any(not torch.equal(weights[k], kept[k]) for k in kept):
-        raise _Failure("changed the weights dict or a tensor in it",
-                       "read the weights, never write into them: the caller still needs them")
+        raise _Failure(say("changed the weights dict or a tensor in it"),
+                       say("read the weights, never write into them: the caller still needs them"))
 
 
 # SwiGLU -----------------------------------------------------------------------------------------
 
 _SWIGLU_MISTAKES = [
-    (dict(on="up"), "SiLU went on the up projection: it belongs on the gate, SiLU(x w_gateᵀ) "
-     "⊙ (x w_upᵀ); the two matrices are not interchangeable"),
-    (dict(act="relu"), "this is ReLU: SwiGLU's activation is SiLU, t · sigmoid(t) "
-     "(torch.nn.functional.silu), smooth and negative for negative t"),
-    (dict(act="gelu"), "this is GELU (GeGLU): SwiGLU's activation is SiLU, t · sigmoid(t)"),
-    (dict(act="sigmoid"), "this is a sigmoid gate (the original GLU): SwiGLU's gate is SiLU, "
-     "t · sigmoid(t), not sigmoid(t)"),
-    (dict(act="none"), "no activation: the gate goes through SiLU before the product"),
-    (dict(up=False), "the up projection is missing: multiply SiLU(x w_gateᵀ) entry by entry "
-     "with x w_upᵀ before w_down"),
+    (dict(on="up"),
+     say("SiLU went on the up projection: it belongs on the gate, SiLU(x w_gateᵀ) ⊙ (x w_upᵀ); the "
+         "two matrices are not interchangeable")),
+    (dict(act="relu"),
+     say("this is ReLU: SwiGLU's activation is SiLU, t · sigmoid(t) (torch.nn.functional.silu), "
+         "smooth and negative for negative t")),
+    (dict(act="gelu"), say("this is GELU (GeGLU): SwiGLU's activation is SiLU, t · sigmoid(t)")),
+    (dict(act="sigmoid"),
+     say("this is a sigmoid gate (the original GLU): SwiGLU's gate is SiLU, t · sigmoid(t), not "
+         "sigmoid(t)")),
+    (dict(act="none"), say("no activation: the gate goes through SiLU before the product")),
+    (dict(up=False),
+     say("the up projection is missing: multiply SiLU(x w_gateᵀ) entry by entry with x w_upᵀ "
+         "before w_down")),
 ]
 
 
@@ -256,16 +262,17 @@ def check_swiglu(swiglu: Callable[..., Tensor]) -> CheckResult:
             got = _call(swiglu, args, names)
             want = _swiglu(*args)
             wrong = [(_swiglu(*args, **kw), hint) for kw, hint in _SWIGLU_MISTAKES]
-            _compare(got, want, "the output", letters="(..., C)", mistakes=wrong,
-                     shape_hints={(*shape[:-1], F): "the hidden layer has F entries; "
-                                  "w_down (C, F) takes it back to C: multiply by w_downᵀ"},
+            _compare(got, want, say("the output"), letters=say("(..., C)"), mistakes=wrong,
+                     shape_hints={(*shape[:-1], F): say(
+                         "the hidden layer has F entries; w_down (C, F) takes it back to C: "
+                         "multiply by w_downᵀ")},
                      **_TOL)
         return run
 
     return _run("swiglu", swiglu, [
-        ("x (2, 5, 16), hidden width F = 43 (odd)", case((2, 5, 16), 43)),
-        ("x (7, 24), two axes, F = 64", case((7, 24), 64)),
-        ("x (2, 3, 4, 8), four axes, F = 21", case((2, 3, 4, 8), 21)),
+        (say("x (2, 5, 16), hidden width F = 43 (odd)"), case((2, 5, 16), 43)),
+        (say("x (7, 24), two axes, F = 64"), case((7, 24), 64)),
+        (say("x (2, 3, 4, 8), four axes, F = 21"), case((2, 3, 4, 8), 21)),
     ], rules=RULES["swiglu"])
 
 
@@ -277,37 +284,47 @@ def _block_mistakes(config: DecoderConfig, T: int) -> list[tuple[dict[str, Any],
     reference on this case are left out)."""
     H, H_kv, D, eps = config.n_heads, config.n_kv_heads, config.head_dim, config.norm_eps
     table: list[tuple[bool, dict[str, Any], str]] = [
-        (True, dict(norm="post"), "this is post-norm, the 2017 order: normalise the input of "
-         "each sublayer and add its output to the stream, h = x + Attn(RMSNorm₁(x)), out = h + "
-         "SwiGLU(RMSNorm₂(h))"),
-        (True, dict(residual="attn"), "the attention's residual is missing: h = x + "
-         "Attn(RMSNorm₁(x)), the input added back"),
-        (True, dict(residual="ffn"), "the feed-forward residual is missing: out = h + "
-         "SwiGLU(RMSNorm₂(h))"),
-        (True, dict(norms="swapped"), "the two norms are swapped: input_layernorm.weight goes "
-         "before the attention, post_attention_layernorm.weight before the feed-forward network"),
-        (True, dict(ffn=dict(on="up")), "the feed-forward network put SiLU on the up "
-         "projection: fix `swiglu` first (check_swiglu)"),
-        (True, dict(ffn=dict(act="relu")), "the feed-forward network used ReLU, not SiLU: fix "
-         "`swiglu` first (check_swiglu)"),
-        (True, dict(scale="d"), f"the scores were divided by D = {D}, not √D: `attention` "
-         "already divides by √D, so do not scale q or k yourself as well"),
-        (True, dict(pairing="interleaved"), "that is the interleaved RoPE pairing (2i with "
-         "2i + 1): this model pairs channel i with i + D/2, as `rope_half` does"),
-        (eps != 1e-6, dict(eps=1e-6), f"the norms ignored config.norm_eps ({eps:g}) and used "
-         "1e-6: pass it to rms_norm"),
-        (T > 1, dict(rope="qkv"), "the values were turned by RoPE too: it turns the queries "
-         "and the keys only, whose dot product then depends on the distance"),
-        (T > 1, dict(rope="q"), "the keys were not turned: RoPE turns both the queries and the "
-         "keys, by the angles of their own positions"),
-        (T > 1, dict(rope="none"), "no RoPE: turn the queries and the keys with "
-         "rope_half(…, cos, sin) after splitting the heads"),
-        (T > 1, dict(mask=False), "no causal mask: position i may attend to positions 0 … i "
-         "only; pass a (T, T) lower-triangular boolean mask (True = may attend) to `attention`"),
-        (1 < H_kv < H, dict(heads="tile"), "the key/value heads were repeated in the wrong "
-         "order: query head h reads key/value head h // (H / H_kv), so repeat each in place "
-         "(repeat_interleave: kv0, kv0, kv1, kv1), not the whole set (repeat: kv0, kv1, kv0, "
-         "kv1)"),
+        (True, dict(norm="post"),
+         say("this is post-norm, the 2017 order: normalise the input of each sublayer and add its "
+             "output to the stream, h = x + Attn(RMSNorm₁(x)), out = h + SwiGLU(RMSNorm₂(h))")),
+        (True, dict(residual="attn"),
+         say("the attention's residual is missing: h = x + Attn(RMSNorm₁(x)), the input added "
+             "back")),
+        (True, dict(residual="ffn"),
+         say("the feed-forward residual is missing: out = h + SwiGLU(RMSNorm₂(h))")),
+        (True, dict(norms="swapped"),
+         say("the two norms are swapped: input_layernorm.weight goes before the attention, "
+             "post_attention_layernorm.weight before the feed-forward network")),
+        (True, dict(ffn=dict(on="up")),
+         say("the feed-forward network put SiLU on the up projection: fix `swiglu` first "
+             "(check_swiglu)")),
+        (True, dict(ffn=dict(act="relu")),
+         say("the feed-forward network used ReLU, not SiLU: fix `swiglu` first (check_swiglu)")),
+        (True, dict(scale="d"),
+         say("the scores were divided by D = {D}, not √D: `attention` already divides by √D, so do "
+             "not scale q or k yourself as well", D=D)),
+        (True, dict(pairing="interleaved"),
+         say("that is the interleaved RoPE pairing (2i with 2i + 1): this model pairs channel i "
+             "with i + D/2, as `rope_half` does")),
+        (eps != 1e-6, dict(eps=1e-6),
+         say("the norms ignored config.norm_eps ({eps:g}) and used 1e-6: pass it to rms_norm",
+             eps=eps)),
+        (T > 1, dict(rope="qkv"),
+         say("the values were turned by RoPE too: it turns the queries and the keys only, whose "
+             "dot product then depends on the distance")),
+        (T > 1, dict(rope="q"),
+         say("the keys were not turned: RoPE turns both the queries and the keys, by the angles of "
+             "their own positions")),
+        (T > 1, dict(rope="none"),
+         say("no RoPE: turn the queries and the keys with rope_half(…, cos, sin) after splitting "
+             "the heads")),
+        (T > 1, dict(mask=False),
+         say("no causal mask: position i may attend to positions 0 … i only; pass a (T, T) "
+             "lower-triangular boolean mask (True = may attend) to `attention`")),
+        (1 < H_kv < H, dict(heads="tile"),
+         say("the key/value heads were repeated in the wrong order: query head h reads key/value "
+             "head h // (H / H_kv), so repeat each in place (repeat_interleave: kv0, kv0, kv1, "
+             "kv1), not the whole set (repeat: kv0, kv1, kv0, kv1)")),
     ]
     return [(kw, hint) for differs, kw, hint in table if differs]
 
@@ -350,19 +367,19 @@ def check_decoder_block(decoder_block: Callable[..., Tensor]) -> CheckResult:
             want = _block(x, weights, cos, sin, H, H_kv, eps).float()
             wrong = [(_block(x, weights, cos, sin, H, H_kv, **{"eps": eps, **kw}), hint)
                      for kw, hint in _block_mistakes(config, T)]
-            _compare(got, want, "the output", letters="(B, T, C)",
+            _compare(got, want, say("the output"), letters=say("(B, T, C)"),
                      axes=("batch", "position", "channel"), mistakes=wrong, **_TOL)
         return run
 
     return _run("decoder_block", decoder_block, [
-        ("MHA: 2 heads of 8 channels, B = 2, T = 5", case(
+        (say("MHA: 2 heads of 8 channels, B = 2, T = 5"), case(
             2, 5, _config(d_model=16, n_heads=2, n_kv_heads=2, d_ff=40))),
-        ("GQA: 4 query heads share 2 KV heads, d_ff = 45 (odd), norm_eps = 0.01 on a small x",
+        (say("GQA: 4 query heads share 2 KV heads, d_ff = 45 (odd), norm_eps = 0.01 on a small x"),
          case(2, 7, _config(d_model=32, n_heads=4, n_kv_heads=2, d_ff=45, norm_eps=1e-2),
               scale=0.05, theta=500.0)),
-        ("MQA: 4 query heads share 1 KV head, B = 1, T = 6, norm_eps = 1e-5", case(
+        (say("MQA: 4 query heads share 1 KV head, B = 1, T = 6, norm_eps = 1e-5"), case(
             1, 6, _config(d_model=24, n_heads=4, n_kv_heads=1, d_ff=37, norm_eps=1e-5))),
-        ("one position (T = 1), GQA, B = 3", case(
+        (say("one position (T = 1), GQA, B = 3"), case(
             3, 1, _config(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24))),
     ], rules=RULES["decoder_block"])
 
@@ -374,27 +391,36 @@ def _logits_mistakes(config: DecoderConfig, T: int) -> list[tuple[dict[str, Any]
     """The usual mistakes of the whole model, with their hints."""
     c, eps = config, config.norm_eps
     table: list[tuple[bool, dict[str, Any], str]] = [
-        (True, dict(final_norm=False), "the final norm is missing: after the last block comes "
-         "RMSNorm with norm.weight, then lm_head"),
-        (True, dict(probs=True), "these are probabilities: return the logits, the output of "
-         "lm_head, without a softmax"),
-        (c.n_layers > 1, dict(same_layer=True), "every layer ran with the weights of layer 0: "
-         "block i reads the keys 'layers.{i}.…'"),
-        (not c.tie_embeddings, dict(head="embed"), "the output layer is lm_head.weight: with "
-         "tie_embeddings False it is a matrix of its own, not embed_tokens.weight"),
-        (eps != 1e-6, dict(final_eps=1e-6), f"the final norm ignored config.norm_eps ({eps:g}) "
-         "and used 1e-6"),
-        (eps != 1e-6, dict(eps=1e-6), f"the norms ignored config.norm_eps ({eps:g}) and used "
-         "1e-6: pass it to every rms_norm"),
-        (eps != 1e-6, dict(eps=1e-6, final_eps=eps), f"the blocks ignored config.norm_eps "
-         f"({eps:g}) and used 1e-6: run check_decoder_block first"),
-        (T > 1 and c.rope_theta != 10000.0, dict(theta=10000.0), "the RoPE tables used the "
-         f"base 10000: this model's is config.rope_theta = {c.rope_theta:g}"),
-        (T > 1, dict(freq="i/D"), "pair i of the RoPE tables turns by θ^(−2i/D) per position, "
-         "i = 0 … D/2 − 1, with D the head size"),
-        (T > 1, dict(pairing="interleaved"), "that is the interleaved RoPE pairing: this model "
-         "pairs channel i with i + D/2"),
-        (T > 1, dict(mask=False), "no causal mask in the blocks: run check_decoder_block first"),
+        (True, dict(final_norm=False),
+         say("the final norm is missing: after the last block comes RMSNorm with norm.weight, then "
+             "lm_head")),
+        (True, dict(probs=True),
+         say("these are probabilities: return the logits, the output of lm_head, without a "
+             "softmax")),
+        (c.n_layers > 1, dict(same_layer=True),
+         say("every layer ran with the weights of layer 0: block i reads the keys "
+             "'layers.{{i}}.…'")),
+        (not c.tie_embeddings, dict(head="embed"),
+         say("the output layer is lm_head.weight: with tie_embeddings False it is a matrix of its "
+             "own, not embed_tokens.weight")),
+        (eps != 1e-6, dict(final_eps=1e-6),
+         say("the final norm ignored config.norm_eps ({eps:g}) and used 1e-6", eps=eps)),
+        (eps != 1e-6, dict(eps=1e-6),
+         say("the norms ignored config.norm_eps ({eps:g}) and used 1e-6: pass it to every rms_norm",
+             eps=eps)),
+        (eps != 1e-6, dict(eps=1e-6, final_eps=eps),
+         say("the blocks ignored config.norm_eps ({eps:g}) and used 1e-6: run check_decoder_block "
+             "first", eps=eps)),
+        (T > 1 and c.rope_theta != 10000.0, dict(theta=10000.0),
+         say("the RoPE tables used the base 10000: this model's is config.rope_theta = "
+             "{rope_theta:g}", rope_theta=c.rope_theta)),
+        (T > 1, dict(freq="i/D"),
+         say("pair i of the RoPE tables turns by θ^(−2i/D) per position, i = 0 … D/2 − 1, with D "
+             "the head size")),
+        (T > 1, dict(pairing="interleaved"),
+         say("that is the interleaved RoPE pairing: this model pairs channel i with i + D/2")),
+        (T > 1, dict(mask=False),
+         say("no causal mask in the blocks: run check_decoder_block first")),
     ]
     return [(kw, hint) for differs, kw, hint in table if differs]
 
@@ -429,22 +455,22 @@ def check_decoder_logits(decoder_logits: Callable[..., Tensor]) -> CheckResult:
             want = _logits(tokens, weights, config).float()
             wrong = [(_logits(tokens, weights, config, **kw), hint)
                      for kw, hint in _logits_mistakes(config, T)]
-            _compare(got, want, "the logits", letters="(B, T, V)",
-                     axes=("batch", "position", "token id"), mistakes=wrong, **_TOL)
+            _compare(got, want, say("the logits"), letters=say("(B, T, V)"),
+                     axes=("batch", "position", say("token id")), mistakes=wrong, **_TOL)
         return run
 
     return _run("decoder_logits", decoder_logits, [
-        ("2 layers, GQA (4 query heads, 2 KV heads), rope_theta = 500, norm_eps = 0.01, "
-         "small embeddings, B = 2, T = 9", case(2, 9, _config(
+        (say("2 layers, GQA (4 query heads, 2 KV heads), rope_theta = 500, norm_eps = 0.01, "
+             "small embeddings, B = 2, T = 9"), case(2, 9, _config(
              vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=45,
              rope_theta=500.0, norm_eps=1e-2), embed_std=0.05)),
-        ("tied embeddings, 1 layer, MHA, B = 1, T = 6", case(1, 6, _config(
+        (say("tied embeddings, 1 layer, MHA, B = 1, T = 6"), case(1, 6, _config(
             vocab_size=24, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=40,
             tie_embeddings=True))),
-        ("one token (T = 1), MQA, 2 layers, B = 3", case(3, 1, _config(
+        (say("one token (T = 1), MQA, 2 layers, B = 3"), case(3, 1, _config(
             vocab_size=20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=24,
             rope_theta=500.0))),
-        ("tied embeddings, 2 layers, GQA, rope_theta = 500, norm_eps = 1e-5, T = 14", case(
+        (say("tied embeddings, 2 layers, GQA, rope_theta = 500, norm_eps = 1e-5, T = 14"), case(
             2, 14, _config(vocab_size=30, d_model=24, n_layers=2, n_heads=6, n_kv_heads=2,
                            d_ff=33, rope_theta=500.0, norm_eps=1e-5, tie_embeddings=True))),
     ], rules=RULES["decoder_logits"])

@@ -21,6 +21,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import apply_rope, rope_cos_sin
@@ -84,28 +85,28 @@ def _count_hints(sizes: dict[str, Any]) -> list[tuple[int, str]]:
     tie = sizes["tie_embeddings"]
     wrong = [
         (_param_count(**sizes, kv_heads=sizes["n_heads"]),
-         "k_proj and v_proj make n_kv_heads · D outputs, not n_heads · D: with grouped-query "
-         "attention they are smaller than q_proj"),
+         say("k_proj and v_proj make n_kv_heads · D outputs, not n_heads · D: with grouped-query "
+             "attention they are smaller than q_proj")),
         (_param_count(**sizes, ffn_matrices=2),
-         "SwiGLU has three matrices, gate_proj, up_proj and down_proj, not two"),
+         say("SwiGLU has three matrices, gate_proj, up_proj and down_proj, not two")),
         (_param_count(**sizes, norms_per_block=0, final_norm=0),
-         "every block has two RMSNorm weight vectors of d_model numbers, and there is a final "
-         "RMSNorm after the last block"),
+         say("every block has two RMSNorm weight vectors of d_model numbers, and there is a final "
+             "RMSNorm after the last block")),
         (_param_count(**sizes, final_norm=0),
-         "the model has one more RMSNorm after the last block (model.norm)"),
+         say("the model has one more RMSNorm after the last block (model.norm)")),
         (_param_count(**sizes, norms_per_block=1),
-         "each block has two RMSNorms: one before the attention, one before the SwiGLU"),
+         say("each block has two RMSNorms: one before the attention, one before the SwiGLU")),
         (_param_count(**sizes, biases=True),
-         "the modern decoder has no biases: every nn.Linear is built with bias=False"),
+         say("the modern decoder has no biases: every nn.Linear is built with bias=False")),
     ]
     if tie:
         wrong.append((_param_count(**sizes, output_layers=1),
-                      "with tie_embeddings the output layer *is* the embedding matrix: count "
-                      "it once"))
+                      say("with tie_embeddings the output layer *is* the embedding matrix: count "
+                          "it once")))
     else:
         wrong.append((_param_count(**sizes, output_layers=0),
-                      "without tie_embeddings the output layer lm_head is a second "
-                      "vocab_size × d_model matrix"))
+                      say("without tie_embeddings the output layer lm_head is a second "
+                          "vocab_size × d_model matrix")))
     return wrong
 
 
@@ -131,7 +132,8 @@ def check_decoder_param_count(decoder_param_count: Callable[..., int]) -> CheckR
             if isinstance(got, Tensor) and got.numel() == 1:
                 got = got.item()
             if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
-                raise _Failure(f"expected a whole number of parameters, got {_describe(got)}")
+                raise _Failure(say("expected a whole number of parameters, got {got}",
+                                   got=_describe(got)))
             if build:
                 model = _build(lambda: Decoder(DecoderConfig(**sizes, max_seq_len=16)))
                 want = sum(p.numel() for p in model.parameters())
@@ -141,20 +143,21 @@ def check_decoder_param_count(decoder_param_count: Callable[..., int]) -> CheckR
                 return
             hint = next((h for wrong, h in _count_hints(sizes) if wrong == int(got)
                          and wrong != want), None)
-            raise _Failure(f"expected {want:,} parameters, got {int(got):,}", hint)
+            raise _Failure(say("expected {want:,} parameters, got {got:,}", want=want,
+                               got=int(got)), hint)
         return run
 
     return _run("decoder_param_count", decoder_param_count, [
-        ("V 64, C 64, 2 layers, 4 heads, 2 KV heads, d_ff 172, tied",
+        (say("V 64, C 64, 2 layers, 4 heads, 2 KV heads, d_ff 172, tied"),
          case(dict(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=172,
                    tie_embeddings=True), True)),
-        ("V 50, C 48, 3 layers, 6 heads, 1 KV head (MQA), d_ff 128, untied",
+        (say("V 50, C 48, 3 layers, 6 heads, 1 KV head (MQA), d_ff 128, untied"),
          case(dict(vocab_size=50, d_model=48, n_layers=3, n_heads=6, n_kv_heads=1, d_ff=128,
                    tie_embeddings=False), True)),
-        ("V 30, C 32, 1 layer, 4 heads, 4 KV heads (MHA), d_ff 40, untied",
+        (say("V 30, C 32, 1 layer, 4 heads, 4 KV heads (MHA), d_ff 40, untied"),
          case(dict(vocab_size=30, d_model=32, n_layers=1, n_heads=4, n_kv_heads=4, d_ff=40,
                    tie_embeddings=False), True)),
-        ("Llama 2 7B: V 32,000, C 4096, 32 layers, 32 heads, d_ff 11,008, untied",
+        (say("Llama 2 7B: V 32,000, C 4096, 32 layers, 32 heads, d_ff 11,008, untied"),
          case(LLAMA2_7B, False)),
     ], rules=RULES["decoder_param_count"])
 
@@ -219,60 +222,65 @@ def check_gqa_to_mha(gqa_to_mha: Callable[[dict, int, int], dict]) -> CheckResul
             changed = [k for k in original if k not in given
                        or not torch.equal(given[k], original[k])]
             if changed:
-                raise _Failure(f"changed its input: {changed[0]}",
-                               "build a new dict with new tensors; the caller still needs "
-                               "the GQA state dict")
+                raise _Failure(say("changed its input: {key}", key=changed[0]),
+                               say("build a new dict with new tensors; the caller still needs "
+                                   "the GQA state dict"))
             if not isinstance(got, dict):
-                raise _Failure(f"returned {_describe(got)}: return a dict of tensors")
+                raise _Failure(say("returned {got}: return a dict of tensors", got=_describe(got)))
             missing = sorted(set(original) - set(got))
             if missing:
-                raise _Failure(f"the result lacks {missing[0]}",
-                               "return every tensor of the state dict, converted or not")
+                raise _Failure(say("the result lacks {key}", key=missing[0]),
+                               say("return every tensor of the state dict, converted or not"))
             layer = "layers.0.self_attn."
             for role in ("k_proj", "v_proj"):
                 shape = tuple(got[layer + role + ".weight"].shape)
                 want = (config.d_model, config.d_model)
                 if shape != want and n_heads != n_kv_heads:
-                    hint = ("convert the values too: v_proj feeds the same repeated heads as "
-                            "k_proj" if role == "v_proj" and shape[0] < want[0] else
-                            "convert the keys too: k_proj is repeated like v_proj"
+                    hint = (say("convert the values too: v_proj feeds the same repeated heads as "
+                                "k_proj") if role == "v_proj" and shape[0] < want[0] else
+                            say("convert the keys too: k_proj is repeated like v_proj")
                             if role == "k_proj" and shape[0] < want[0] else
-                            "each of the H_kv heads must appear n_heads / n_kv_heads times")
-                    raise _Failure(f"{role}.weight has shape {shape}, an MHA decoder needs "
-                                   f"(H·D, C) = {want}", hint)
+                            say("each of the H_kv heads must appear n_heads / n_kv_heads times"))
+                    raise _Failure(say("{role}.weight has shape {shape}, an MHA decoder needs "
+                                       "(H·D, C) = {want}", role=role, shape=shape, want=want),
+                                   hint)
             try:
                 got_logits = logits_of(got)
             except Exception as exc:  # noqa: BLE001 - a state dict that does not load
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise _Failure(f"the MHA decoder could not load the result "
-                               f"({type(exc).__name__}: {first[:160]})") from None
+                raise _Failure(say("the MHA decoder could not load the result "
+                                   "({error}: {message})", error=type(exc).__name__,
+                                   message=first[:160])) from None
             want_logits = logits_of(_gqa_to_mha(original, n_heads, n_kv_heads))
             mistakes = []
             if n_heads // n_kv_heads > 1 and n_kv_heads > 1:
                 mistakes.append((logits_of(_gqa_to_mha(original, n_heads, n_kv_heads,
                                                        "tile")),
-                                 "the heads are tiled (kv0, kv1, kv0, kv1): repeat_kv gives "
-                                 "query heads 0 … n_rep − 1 to key/value head 0, so each head "
-                                 "must be repeated in place (kv0, kv0, kv1, kv1)"))
+                                 say("the heads are tiled (kv0, kv1, kv0, kv1): repeat_kv gives "
+                                     "query heads 0 … n_rep − 1 to key/value head 0, so each head "
+                                     "must be repeated in place (kv0, kv0, kv1, kv1)")))
             if n_heads // n_kv_heads > 1:
                 mistakes.append((logits_of(_gqa_to_mha(original, n_heads, n_kv_heads,
                                                        "rows")),
-                                 "single rows were repeated: a head is a block of D "
-                                 "consecutive rows, and the whole block must be repeated"))
-            _compare(got_logits, want_logits, "the logits of the converted model",
-                     letters="(B, T, V)", axes=("batch", "position", "token"),
+                                 say("single rows were repeated: a head is a block of D "
+                                     "consecutive rows, and the whole block must be repeated")))
+            _compare(got_logits, want_logits, say("the logits of the converted model"),
+                     letters=say("(B, T, V)"), axes=("batch", "position", "token"),
                      mistakes=mistakes)
         return run
 
     return _run("gqa_to_mha", gqa_to_mha, [
-        ("4 query heads, 2 KV heads, 2 layers, tied embeddings", case(4, 2, 2, True)),
-        ("6 query heads, 2 KV heads (groups of 3), 1 layer", case(6, 2, 1, False)),
-        ("4 query heads, 1 KV head (MQA), 2 layers", case(4, 1, 2, False)),
-        ("3 query heads, 3 KV heads (already MHA), 1 layer", case(3, 3, 1, True)),
+        (say("4 query heads, 2 KV heads, 2 layers, tied embeddings"), case(4, 2, 2, True)),
+        (say("6 query heads, 2 KV heads (groups of 3), 1 layer"), case(6, 2, 1, False)),
+        (say("4 query heads, 1 KV head (MQA), 2 layers"), case(4, 1, 2, False)),
+        (say("3 query heads, 3 KV heads (already MHA), 1 layer"), case(3, 3, 1, True)),
     ], rules=RULES["gqa_to_mha"])
 
 
 # Attention with QK-norm ----------------------------------------------------------------------
+
+# Words of PyTorch's error when two shapes do not broadcast (not a message of ours).
+_SIZE_MISMATCH = " ".join(("must", "match", "the", "size", "of", "tensor"))
 
 
 def _normaliser(norm: RMSNorm, D: int, stats: str) -> Callable[[Tensor], Tensor]:
@@ -352,13 +360,13 @@ def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckRe
         x = torch.randn(B, T, C, generator=g)  # (B, T, C)
         cos, sin = rope_cos_sin(T, D, offset=3)  # (T, D/2): positions 3 … T + 2
         if whole:
-            statistic = ("q_norm has H·D weights, so this case follows OLMo 2: the mean square "
-                         "is taken over the whole projection of a position (all heads "
-                         "together, before splitting it into heads), not over each head")
+            statistic = say("q_norm has H·D weights, so this case follows OLMo 2: the mean square "
+                            "is taken over the whole projection of a position (all heads "
+                            "together, before splitting it into heads), not over each head")
         else:
-            statistic = ("this case follows Qwen3 (q_norm has D weights): per head, the mean "
-                         "square over each head's D channels (RMSNorm(D) on the (B, H, T, D) "
-                         "tensor), not over all C channels of a position")
+            statistic = say("this case follows Qwen3 (q_norm has D weights): per head, the mean "
+                            "square over each head's D channels (RMSNorm(D) on the (B, H, T, D) "
+                            "tensor), not over all C channels of a position")
 
         def run() -> None:
             with torch.no_grad():
@@ -366,41 +374,41 @@ def check_qk_norm_attention(qk_norm_attention: Callable[..., Tensor]) -> CheckRe
                     got = _call(qk_norm_attention, [x, attn, q_norm, k_norm, cos, sin],
                                 ["x", "attn", "q_norm", "k_norm", "cos", "sin"])
                 except _Failure as exc:  # RMSNorm(H·D) on (B, H, T, D): a per-head answer
-                    if whole and "must match the size of tensor" in exc.message:
+                    if whole and _SIZE_MISMATCH in exc.message:
                         raise _Failure(exc.message, statistic) from None
                     raise
                 args = (x, attn, q_norm, k_norm, cos, sin)
                 want = _qk_norm_attention(*args)
                 mistakes = [
                     (_qk_norm_attention(*args, order="rope-norm"),
-                     "the norm comes before RoPE: normalise the projected queries and keys, "
-                     "then rotate them (with these non-uniform norm weights the two orders "
-                     "differ)"),
+                     say("the norm comes before RoPE: normalise the projected queries and keys, "
+                         "then rotate them (with these non-uniform norm weights the two orders "
+                         "differ)")),
                     (_qk_norm_attention(*args, norm_k=False),
-                     "normalise the keys too, with k_norm: QK-norm bounds the scores only "
-                     "when both sides are normalised"),
+                     say("normalise the keys too, with k_norm: QK-norm bounds the scores only "
+                         "when both sides are normalised")),
                     (_qk_norm_attention(*args, norm_v=True),
-                     "only queries and keys are normalised; the values stay as v_proj makes "
-                     "them"),
+                     say("only queries and keys are normalised; the values stay as v_proj makes "
+                         "them")),
                     (_qk_norm_attention(*args, masked=False),
-                     "the attention is causal: mask the scores of later positions with -inf "
-                     "before the softmax"),
+                     say("the attention is causal: mask the scores of later positions with -inf "
+                         "before the softmax")),
                     (_qk_norm_attention(*args, stats="head" if whole else "whole"), statistic),
                     (_qk_norm_attention(*args, pairing="interleaved"),
-                     "use the split-half pairing (channel i with i + D/2), as apply_rope does "
-                     "by default"),
+                     say("use the split-half pairing (channel i with i + D/2), as apply_rope does "
+                         "by default")),
                 ]
-            _compare(got, want, "the output", letters="(B, T, C)",
+            _compare(got, want, say("the output"), letters=say("(B, T, C)"),
                      axes=("batch", "position", "channel"), mistakes=mistakes,
-                     shape_hints={(B, H, T, D): "merge the heads back and apply o_proj: "
-                                                "transpose(1, 2).reshape(B, T, C)"})
+                     shape_hints={(B, H, T, D): say("merge the heads back and apply o_proj: "
+                                                    "transpose(1, 2).reshape(B, T, C)")})
         return run
 
     return _run("qk_norm_attention", qk_norm_attention, [
-        ("per head (Qwen3): B 2, T 6, C 32, 4 heads, 2 KV heads", case(2, 6, 32, 4, 2, False)),
-        ("per head (Qwen3): B 1, T 9, C 24, 3 heads, 1 KV head", case(1, 9, 24, 3, 1, False)),
-        ("whole projection (OLMo 2): B 2, T 5, C 32, 4 heads, 2 KV heads",
+        (say("per head (Qwen3): B 2, T 6, C 32, 4 heads, 2 KV heads"), case(2, 6, 32, 4, 2, False)),
+        (say("per head (Qwen3): B 1, T 9, C 24, 3 heads, 1 KV head"), case(1, 9, 24, 3, 1, False)),
+        (say("whole projection (OLMo 2): B 2, T 5, C 32, 4 heads, 2 KV heads"),
          case(2, 5, 32, 4, 2, True)),
-        ("whole projection (OLMo 2): B 1, T 7, C 24, 3 heads, 3 KV heads",
+        (say("whole projection (OLMo 2): B 1, T 7, C 24, 3 heads, 3 KV heads"),
          case(1, 7, 24, 3, 3, True)),
     ], rules=RULES["qk_norm_attention"])

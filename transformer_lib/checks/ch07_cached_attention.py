@@ -27,6 +27,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -36,7 +37,12 @@ RULES = {
         "torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention")),
 }
 
-_CACHE_AXES = ("batch", "KV head", "slot", "channel")
+_CACHE_AXES = ("batch", say("KV head"), "slot", "channel")
+
+# Words of PyTorch's error when two shapes do not broadcast, and the dimensions it may name
+# (looked for in its message; not messages of ours).
+_SIZE_MISMATCH = " ".join(("must", "match", "the", "size", "of", "tensor"))
+_DIMENSION_1, _DIMENSION_3 = " ".join(("dimension", "1")), " ".join(("dimension", "3"))
 
 
 def _stale(shape: tuple[int, ...], g: torch.Generator) -> Tensor:
@@ -64,16 +70,17 @@ def _written(cache: Tensor, new: Tensor, position: int, *, at: int | None = None
 
 def _unchanged(after: Tensor, before: Tensor, what: str) -> None:
     if torch.equal(after, before):
-        raise _Failure(f"{what} is unchanged after the call",
-                       "write into the caller's cache, in place: assign to the slots of the new "
-                       "positions; a new tensor (torch.cat, a clone) leaves the cache as it was")
+        raise _Failure(say("{what} is unchanged after the call", what=what),
+                       say("write into the caller's cache, in place: assign to the slots of the "
+                           "new positions; a new tensor (torch.cat, a clone) leaves the cache as "
+                           "it was"))
 
 
 def _shares_memory(view: Tensor, cache: Tensor, what: str) -> None:
     if view.untyped_storage().data_ptr() != cache.untyped_storage().data_ptr():
-        raise _Failure(f"{what} is a copy, not a view of the cache",
-                       "return slices of the cache, which share its memory: copying every "
-                       "cached position at every step is the cost a preallocated cache avoids")
+        raise _Failure(say("{what} is a copy, not a view of the cache", what=what),
+                       say("return slices of the cache, which share its memory: copying every "
+                           "cached position at every step is the cost a preallocated cache avoids"))
 
 
 def check_write_kv(write_kv: Callable[..., tuple]) -> CheckResult:
@@ -102,43 +109,43 @@ def check_write_kv(write_kv: Callable[..., tuple]) -> CheckResult:
         k_before, v_before = k_cache.clone(), v_cache.clone()
         got = _call(write_kv, [k_cache, v_cache, k_new, v_new, position], names,
                     in_place=("k_cache", "v_cache"))
-        keys, values = _items(got, 2, "the pair (keys, values)")
+        keys, values = _items(got, 2, say("the pair (keys, values)"))
         end = position + T
         shapes = {}
         for size, hint in (
-                (S_max, "return only the filled part, slots 0 … position + T - 1, not the "
-                        "whole preallocated cache"),
-                (T, "return every cached position, the earlier ones and the new ones: slots "
-                    "0 … position + T - 1"),
-                (end + 1, "one slot too many: position is the number of positions already "
-                          "cached, so the new ones take slots position … position + T - 1"),
-                (position, "the filled part ends after the new positions: position + T "
-                           "slots")):
+                (S_max, say("return only the filled part, slots 0 … position + T - 1, not the "
+                            "whole preallocated cache")),
+                (T, say("return every cached position, the earlier ones and the new ones: slots "
+                        "0 … position + T - 1")),
+                (end + 1, say("one slot too many: position is the number of positions already "
+                              "cached, so the new ones take slots position … position + T - 1")),
+                (position, say("the filled part ends after the new positions: position + T "
+                               "slots"))):
             if size != end:
                 shapes.setdefault((B, H_kv, size, D), hint)
         for got_part, before, new, cache, what in ((keys, k_before, k_new, k_cache, "k"),
                                                    (values, v_before, v_new, v_cache, "v")):
             want = _written(before, new, position)
-            slot_hint = ("the new positions went to the wrong slots: position is the number "
-                         "of positions already cached, the first free slot, so the T new "
-                         "ones take slots position … position + T - 1")
+            slot_hint = say("the new positions went to the wrong slots: position is the number "
+                            "of positions already cached, the first free slot, so the T new "
+                            "ones take slots position … position + T - 1")
             wrong = []
             if end + 1 <= S_max:
                 wrong.append((_written(before, new, position, at=position + 1), slot_hint))
             if position > 0:
                 wrong.append((_written(before, new, position, at=position - 1), slot_hint))
             _compare(got_part, want[:, :, :end], "keys" if what == "k" else "values",
-                     letters="(B, H_kv, position + T, D)", axes=_CACHE_AXES, atol=0.0,
+                     letters=say("(B, H_kv, position + T, D)"), axes=_CACHE_AXES, atol=0.0,
                      rtol=0.0, mistakes=[(w[:, :, :end], h) for w, h in wrong],
                      shape_hints=shapes)
-            _unchanged(cache, before, f"{what}_cache")
+            _unchanged(cache, before, what + "_cache")
             if T == 1 and end < S_max:
                 wrong.append((_written(before, new, position, to_end=True),
-                              "the slots after the new positions changed: write exactly the T "
-                              "slots position … position + T - 1 (a slice with no end fills "
-                              "every later slot with the one new position)"))
-            _compare(cache, want, f"{what}_cache after the call",
-                     letters="(B, H_kv, S_max, D)", axes=_CACHE_AXES, atol=0.0, rtol=0.0,
+                              say("the slots after the new positions changed: write exactly the T "
+                                  "slots position … position + T - 1 (a slice with no end fills "
+                                  "every later slot with the one new position)")))
+            _compare(cache, want, say("{what}_cache after the call", what=what),
+                     letters=say("(B, H_kv, S_max, D)"), axes=_CACHE_AXES, atol=0.0, rtol=0.0,
                      mistakes=wrong)
             _shares_memory(got_part, cache, "keys" if what == "k" else "values")
 
@@ -150,12 +157,12 @@ def check_write_kv(write_kv: Callable[..., tuple]) -> CheckResult:
             for position, T in writes:
                 try:
                     write(k_cache, v_cache, position, T)
-                except _Failure as exc:
-                    if exc.hint is None and exc.message.startswith("raised ValueError") and (
+                except _Failure as exc:  # the student's ValueError, for a write that fits?
+                    if exc.hint is None and type(exc.__context__) is ValueError and (
                             position + T == S_max):
-                        raise _Failure(exc.message, "the last slot still fits: position + T "
-                                                    "may equal S_max; raise only when it is "
-                                                    "larger") from None
+                        raise _Failure(exc.message, say("the last slot still fits: position + T "
+                                                        "may equal S_max; raise only when it is "
+                                                        "larger")) from None
                     raise
         return run
 
@@ -168,21 +175,24 @@ def check_write_kv(write_kv: Callable[..., tuple]) -> CheckResult:
             k_new = torch.randn(B, H_kv, T, D, generator=g)
             v_new = torch.randn(B, H_kv, T, D, generator=g)
             _expect_value_error(write_kv, [k_cache, v_cache, k_new, v_new, position],
-                                f"{position} cached + {T} new positions do not fit in "
-                                f"{S_max} slots", [str(position), str(T), str(S_max)])
+                                say("{position} cached + {T} new positions do not fit in "
+                                    "{S_max} slots", position=position, T=T, S_max=S_max),
+                                [str(position), str(T), str(S_max)])
             if not (torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)):
-                raise _Failure("the cache changed, although the new positions do not fit",
-                               "check the room first, and raise before writing anything")
+                raise _Failure(say("the cache changed, although the new positions do not fit"),
+                               say("check the room first, and raise before writing anything"))
         return run
 
     return _run("write_kv", write_kv, [
-        ("a prefill: 3 new positions at position 0 of 8 slots, (B, H_kv, D) = (2, 2, 4)",
+        (say("a prefill: 3 new positions at position 0 of 8 slots, (B, H_kv, D) = (2, 2, 4)"),
          case(2, 2, 8, 4, [(0, 3)])),
-        ("a decode step: 1 new position at position 5 of 8", case(2, 2, 8, 4, [(5, 1)])),
-        ("a prefill of 4, then 7 decode steps into one cache, up to its last slot (11 "
-         "slots, B = 3, H_kv = 1)", case(3, 1, 11, 6, [(0, 4)] + [(p, 1) for p in range(4, 11)])),
-        ("a chunk of 3 that ends in the last slot: position 5 of 8", case(1, 3, 8, 4, [(5, 3)])),
-        ("4 new positions at position 9 of 11 slots: a ValueError, nothing written",
+        (say("a decode step: 1 new position at position 5 of 8"), case(2, 2, 8, 4, [(5, 1)])),
+        (say("a prefill of 4, then 7 decode steps into one cache, up to its last slot (11 "
+             "slots, B = 3, H_kv = 1)"),
+         case(3, 1, 11, 6, [(0, 4)] + [(p, 1) for p in range(4, 11)])),
+        (say("a chunk of 3 that ends in the last slot: position 5 of 8"),
+         case(1, 3, 8, 4, [(5, 3)])),
+        (say("4 new positions at position 9 of 11 slots: a ValueError, nothing written"),
          overflow(2, 2, 11, 4, 9, 4)),
     ], rules=RULES["write_kv"])
 
@@ -263,36 +273,36 @@ def _cached_step(attn: MultiHeadAttention, x: Tensor, k_before: Tensor, v_before
 def _step_mistakes(H: int, H_kv: int, D: int, C: int, T: int, position: int,
                    S_max: int) -> list[tuple[dict, str]]:
     """The usual mistakes that differ from the reference on this case, with their hints."""
-    slot = ("the new keys and values went to the wrong slots: the token at position p "
-            "belongs in slot p, so the T new ones in slots position … position + T - 1")
+    slot = say("the new keys and values went to the wrong slots: the token at position p "
+               "belongs in slot p, so the T new ones in slots position … position + T - 1")
     found = [
-        (dict(rope_at="zero"), "the new tokens were turned as if they stood at position 0: "
-                               "RoPE turns the token at position p by row p of the tables, so "
-                               "the new ones by rows position … position + T - 1"),
-        (dict(store="raw"), "the cache holds the keys without RoPE: it stores each key turned "
-                            "at its own position, so turn the new keys before writing them"),
-        (dict(mask="top-left"), "the mask hides the cached prefix: the query at position "
-                                "position + i sees keys 0 … position + i, so the mask (T, S) "
-                                "has position extra visible columns on the left, not the "
-                                "lower triangle of a (T, S) block"),
-        (dict(scale="none"), f"divide the scores by √D = √{D}, the width of a head, before "
-                             "the softmax"),
-        (dict(scale="model"), f"the scale is 1/√D with D = {D}, the width of a head, not the "
-                              f"model width C = {C}"),
-        (dict(span="all"), "the attention read every slot of the cache: the slots after "
-                           "position + T - 1 hold stale keys and values of no token; attend "
-                           "over the filled part only, slots 0 … position + T - 1"),
+        (dict(rope_at="zero"), say("the new tokens were turned as if they stood at position 0: "
+                                   "RoPE turns the token at position p by row p of the tables, so "
+                                   "the new ones by rows position … position + T - 1")),
+        (dict(store="raw"), say("the cache holds the keys without RoPE: it stores each key turned "
+                                "at its own position, so turn the new keys before writing them")),
+        (dict(mask="top-left"), say("the mask hides the cached prefix: the query at position "
+                                    "position + i sees keys 0 … position + i, so the mask (T, S) "
+                                    "has position extra visible columns on the left, not the "
+                                    "lower triangle of a (T, S) block")),
+        (dict(scale="none"), say("divide the scores by √D = √{D}, the width of a head, before "
+                                 "the softmax", D=D)),
+        (dict(scale="model"), say("the scale is 1/√D with D = {D}, the width of a head, not the "
+                                  "model width C = {C}", D=D, C=C)),
+        (dict(span="all"), say("the attention read every slot of the cache: the slots after "
+                               "position + T - 1 hold stale keys and values of no token; attend "
+                               "over the filled part only, slots 0 … position + T - 1")),
     ]
     if T > 1:
-        found.append((dict(mask="none"), "without a mask each new token also sees the new "
-                                         "tokens after it: within the chunk the mask is still "
-                                         "causal"))
+        found.append((dict(mask="none"), say("without a mask each new token also sees the new "
+                                             "tokens after it: within the chunk the mask is still "
+                                             "causal")))
     if 1 < H_kv < H:  # with one key/value head both orders are the same
-        found.append((dict(heads="tiled"), "the key/value heads were repeated in the wrong "
-                                           "order: query head h reads key/value head "
-                                           "h // (H / H_kv), so each head is repeated H / H_kv "
-                                           "times in place (kv0, kv0, kv1, kv1), not the whole "
-                                           "set over again (kv0, kv1, kv0, kv1)"))
+        found.append((dict(heads="tiled"), say("the key/value heads were repeated in the wrong "
+                                               "order: query head h reads key/value head "
+                                               "h // (H / H_kv), so each head is repeated H / H_kv "
+                                               "times in place (kv0, kv0, kv1, kv1), not the whole "
+                                               "set over again (kv0, kv1, kv0, kv1)")))
     if position + 1 + T <= S_max:
         found.append((dict(at=position + 1), slot))
     if position > 0:
@@ -340,14 +350,14 @@ def check_cached_forward(cached_forward: Callable[..., Tensor]) -> CheckResult:
                                            (2, v_cache, v_before, "v_cache")):
             _unchanged(cache, before, what)
             try:
-                _compare(cache, want[index], f"{what} after the call",
-                         letters="(B, H_kv, S_max, D)", axes=_CACHE_AXES,
+                _compare(cache, want[index], say("{what} after the call", what=what),
+                         letters=say("(B, H_kv, S_max, D)"), axes=_CACHE_AXES,
                          mistakes=[(w[index], hint) for w, hint in wrongs])
             except _Failure as exc:
                 problems.append(exc)
         try:
-            _compare(got, want[0], "out", letters="(B, T, C)",
-                     axes=("batch", "new token", "channel"),
+            _compare(got, want[0], "out", letters=say("(B, T, C)"),
+                     axes=("batch", say("new token"), "channel"),
                      mistakes=[(w[0], hint) for w, hint in wrongs])
         except _Failure as exc:
             problems.append(exc)
@@ -361,16 +371,18 @@ def check_cached_forward(cached_forward: Callable[..., Tensor]) -> CheckResult:
                 run()
             except _Failure as exc:  # shapes that do not broadcast: say which ones
                 message = exc.message
-                if "must match the size of tensor" not in message:
+                if _SIZE_MISMATCH not in message:
                     raise
-                if "dimension 1" in message and f"({H})" in message and f"({H_kv})" in message:
-                    raise _Failure(message, f"the {H} query heads read {H_kv} key/value heads: "
-                                            "repeat each key/value head H / H_kv times before "
-                                            "the products, so that query head h reads "
-                                            "key/value head h // (H / H_kv)") from None
-                if "dimension 3" in message:
-                    raise _Failure(message, "a square (T, T) mask leaves out the cached keys: "
-                                            "the scores are (T, position + T)") from None
+                if (_DIMENSION_1 in message and "(" + str(H) + ")" in message
+                        and "(" + str(H_kv) + ")" in message):
+                    raise _Failure(message, say("the {H} query heads read {H_kv} key/value heads: "
+                                                "repeat each key/value head H / H_kv times before "
+                                                "the products, so that query head h reads "
+                                                "key/value head h // (H / H_kv)",
+                                                H=H, H_kv=H_kv)) from None
+                if _DIMENSION_3 in message:
+                    raise _Failure(message, say("a square (T, T) mask leaves out the cached keys: "
+                                                "the scores are (T, position + T)")) from None
                 raise
         return checked
 
@@ -404,13 +416,13 @@ def check_cached_forward(cached_forward: Callable[..., Tensor]) -> CheckResult:
         return with_hints(run, H, H_kv)
 
     return _run("cached_forward", cached_forward, [
-        ("a decode step: one token after 5 cached, 4 query heads share 2 KV heads, B = 2",
+        (say("a decode step: one token after 5 cached, 4 query heads share 2 KV heads, B = 2"),
          case(2, 4, 2, 4, 8, [(5, 1)])),
-        ("a chunk of 3 after 4 cached, 6 query heads share 2 KV heads, bias",
+        (say("a chunk of 3 after 4 cached, 6 query heads share 2 KV heads, bias"),
          case(1, 6, 2, 4, 9, [(4, 3)], bias=True)),
-        ("a prompt of 4 into an empty cache (the prefill), 2 heads (MHA)",
+        (say("a prompt of 4 into an empty cache (the prefill), 2 heads (MHA)"),
          case(2, 2, 2, 8, 6, [(0, 4)])),
-        ("a prefill of 3, then 4 decode steps, the last into the last of 7 slots; 3 query "
-         "heads share 1 KV head (MQA)", case(2, 3, 1, 4, 7, [(0, 3), (3, 1), (4, 1), (5, 1),
+        (say("a prefill of 3, then 4 decode steps, the last into the last of 7 slots; 3 query "
+             "heads share 1 KV head (MQA)"), case(2, 3, 1, 4, 7, [(0, 3), (3, 1), (4, 1), (5, 1),
                                                             (6, 1)])),
     ], rules=RULES["cached_forward"])

@@ -26,6 +26,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.checks.ch03_attention_layer import _held
 
 # The framework's ready-made pieces of a decoder: its attention, its norm and its layers.
@@ -63,7 +64,7 @@ def _shapes(config: Any) -> dict[str, tuple[int, ...]]:
              "mlp.down_proj.weight": (C, F_)}
     shapes = {"embed_tokens.weight": (V, C)}
     for i in range(config.n_layers):
-        shapes.update({f"layers.{i}.{key}": shape for key, shape in block.items()})
+        shapes.update({"layers." + str(i) + "." + key: shape for key, shape in block.items()})
     shapes.update({"norm.weight": (C,), "lm_head.weight": (V, C)})
     return shapes
 
@@ -105,7 +106,7 @@ def _logits(tokens: Tensor, weights: Mapping[str, Tensor], config: Any) -> Tenso
     visible = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T), True = may attend
     x = w["embed_tokens.weight"][tokens]  # (B, T, C)
     for i in range(config.n_layers):
-        p = {key: w[f"layers.{i}.{key}"] for key in _BLOCK}
+        p = {key: w["layers." + str(i) + "." + key] for key in _BLOCK}
         h = _rms(x, p["input_layernorm.weight"], eps)
         q = (h @ p["self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
         k = (h @ p["self_attn.k_proj.weight"].T).view(B, T, H_kv, D).transpose(1, 2)
@@ -125,33 +126,38 @@ def _logits(tokens: Tensor, weights: Mapping[str, Tensor], config: Any) -> Tenso
 
 
 def _listed(names: list[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:4])
-    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    shown = ", ".join("`" + n + "`" for n in names[:4])
+    if len(names) > 4:
+        return say("{shown} and {more} more", shown=shown, more=len(names) - 4)
+    return shown
 
 
 def _check_names(got: Any, want: dict[str, tuple[int, ...]]) -> None:
     """_Failure unless ``got`` (the student's ``state_dict()``) has exactly the decoder's
     names, each a tensor of its shape."""
     if not isinstance(got, Mapping):
-        raise _Failure(f"state_dict() returned {_describe(got)}, not a dict of tensors")
+        raise _Failure(say("state_dict() returned {got}, not a dict of tensors",
+                           got=_describe(got)))
     missing = [k for k in want if k not in got]
     extra = [k for k in got if k not in want]
     if missing or extra:
-        parts = ([f"it lacks {_listed(missing)}"] if missing else []) + (
-            [f"it has {_listed(extra)}, which the library's Decoder does not"] if extra else [])
-        raise _Failure("the state_dict does not have the names of the library's Decoder: "
-                       + "; ".join(parts),
-                       "name the submodules as the library does (`embed_tokens`, `layers`, "
-                       "each with `input_layernorm`, `self_attn.q_proj` ..., `mlp.gate_proj` "
-                       "..., then `norm` and `lm_head`) and keep other tensors out of the "
-                       "state_dict")
+        parts = ([say("it lacks {names}", names=_listed(missing))] if missing else []) + (
+            [say("it has {names}, which the library's Decoder does not", names=_listed(extra))]
+            if extra else [])
+        raise _Failure(say("the state_dict does not have the names of the library's Decoder: "
+                           "{problems}", problems="; ".join(parts)),
+                       say("name the submodules as the library does (`embed_tokens`, `layers`, "
+                           "each with `input_layernorm`, `self_attn.q_proj` ..., `mlp.gate_proj` "
+                           "..., then `norm` and `lm_head`) and keep other tensors out of the "
+                           "state_dict"))
     for key, shape in want.items():
         value = got[key]
         if not isinstance(value, Tensor) or tuple(value.shape) != shape:
             found = tuple(value.shape) if isinstance(value, Tensor) else _describe(value)
-            raise _Failure(f"`{key}` has shape {found}, the library's has {shape}",
-                           "nn.Linear(n_in, n_out) keeps an (n_out, n_in) weight; the key and "
-                           "value projections have n_kv_heads * head_dim outputs")
+            raise _Failure(say("`{key}` has shape {found}, the library's has {shape}", key=key,
+                               found=found, shape=shape),
+                           say("nn.Linear(n_in, n_out) keeps an (n_out, n_in) weight; the key and "
+                               "value projections have n_kv_heads * head_dim outputs"))
 
 
 def _build(cls: type, config: Any) -> nn.Module:
@@ -159,15 +165,17 @@ def _build(cls: type, config: Any) -> nn.Module:
     config aside)."""
     module = _call(cls, [config], ["config"])
     if not isinstance(module, nn.Module):
-        raise _Failure(f"{cls.__name__}(config) made {_describe(module)}, not an nn.Module",
-                       "subclass nn.Module and call super().__init__() first")
+        raise _Failure(say("{name}(config) made {module}, not an nn.Module", name=cls.__name__,
+                           module=_describe(module)),
+                       say("subclass nn.Module and call super().__init__() first"))
     held = _held(module, allowed=(type(config),))
     if held:
         where, what = held
-        raise _Failure(f"`{cls.__name__}` keeps the library's `{what}` (as `{where}`): its "
-                       "forward would run that code, not yours",
-                       "hold the weights in nn.Embedding, nn.Linear and nn.Parameter, and "
-                       "compute with the functions you pasted above", refused=True)
+        raise _Failure(say("`{name}` keeps the library's `{what}` (as `{where}`): its "
+                           "forward would run that code, not yours", name=cls.__name__,
+                           what=what, where=where),
+                       say("hold the weights in nn.Embedding, nn.Linear and nn.Parameter, and "
+                           "compute with the functions you pasted above"), refused=True)
     return module
 
 
@@ -179,10 +187,10 @@ def _gradients_reach_every_weight(module: nn.Module, logits: Tensor) -> None:
     dead = [name for name, p in module.named_parameters()
             if p.grad is None or not p.grad.abs().sum() > 0]
     if dead:
-        raise _Failure(f"no gradient reaches {_listed(dead)}",
-                       "compute the logits from the parameters themselves: "
-                       "`dict(self.named_parameters(remove_duplicate=False))` keeps them "
-                       "connected; state_dict() and .detach() give copies that do not train")
+        raise _Failure(say("no gradient reaches {names}", names=_listed(dead)),
+                       say("compute the logits from the parameters themselves: "
+                           "`dict(self.named_parameters(remove_duplicate=False))` keeps them "
+                           "connected; state_dict() and .detach() give copies that do not train"))
 
 
 def check_capstone_lm(cls: type) -> CheckResult:
@@ -221,8 +229,9 @@ def check_capstone_lm(cls: type) -> CheckResult:
             _call(module.load_state_dict, [{k: t.clone() for k, t in weights.items()}],
                   ["state_dict"])
             got = _call(module, [tokens], ["tokens"])
-            _compare(got, _logits(tokens, weights, config), "the logits", letters="(B, T, V)",
-                     axes=("batch", "position", "token"), atol=1e-8, rtol=1e-6)
+            _compare(got, _logits(tokens, weights, config), say("the logits"),
+                     letters=say("(B, T, V)"), axes=("batch", "position", "token"),
+                     atol=1e-8, rtol=1e-6)
             if T > 1:  # with one key the weight is 1 whatever q and k: they get no gradient
                 _gradients_reach_every_weight(module, got)
         return run
@@ -230,11 +239,12 @@ def check_capstone_lm(cls: type) -> CheckResult:
     small = {"vocab_size": 23, "d_model": 32, "n_heads": 4, "d_ff": 40, "max_seq_len": 16}
     with torch.random.fork_rng(devices=[]):  # the student's layers draw their own weights
         return _run("CapstoneLM", cls, [
-            ("2 layers, H = 4, H_kv = 2, RoPE base 500, norm eps 1e-2, B = 2, T = 7",
+            (say("2 layers, H = 4, H_kv = 2, RoPE base 500, norm eps 1e-2, B = 2, T = 7"),
              case(7, n_layers=2, n_kv_heads=2, rope_theta=500.0, norm_eps=1e-2, **small)),
-            ("1 layer, multi-query attention (H_kv = 1), output layer tied to the "
-             "embedding, T = 5", case(5, n_layers=1, n_kv_heads=1, tie_embeddings=True, **small)),
-            ("one token (T = 1), B = 3", case(1, B=3, n_layers=1, n_kv_heads=4, **small)),
+            (say("1 layer, multi-query attention (H_kv = 1), output layer tied to the "
+                 "embedding, T = 5"),
+             case(5, n_layers=1, n_kv_heads=1, tie_embeddings=True, **small)),
+            (say("one token (T = 1), B = 3"), case(1, B=3, n_layers=1, n_kv_heads=4, **small)),
         ], rules=RULES["CapstoneLM"], kind="class")
 
 
@@ -314,34 +324,37 @@ def check_train_lm(train_lm: Callable[..., list]) -> CheckResult:
         finally:
             hook.remove()
         if not isinstance(losses, (list, tuple)) or len(losses) != n:
-            raise _Failure(f"returned {_describe(losses)}, not a list of {n} losses (one per "
-                           "step)", "append `loss.item()` to a list at every step and return it")
+            raise _Failure(say("returned {got}, not a list of {n} losses (one per step)",
+                               got=_describe(losses), n=n),
+                           say("append `loss.item()` to a list at every step and return it"))
         if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses):
-            raise _Failure("the losses are not all finite Python numbers",
-                           "append `loss.item()`, a float, not the loss tensor")
+            raise _Failure(say("the losses are not all finite Python numbers"),
+                           say("append `loss.item()`, a float, not the loss tensor"))
         if all(torch.equal(p, q) for p, q in zip(model.parameters(), start)):
-            raise _Failure("the model's weights did not change",
-                           "build the optimizer on model.parameters() and call "
-                           "optimizer.step() after loss.backward()")
+            raise _Failure(say("the model's weights did not change"),
+                           say("build the optimizer on model.parameters() and call "
+                               "optimizer.step() after loss.backward()"))
         if len(steps_taken) != n:
-            raise _Failure(f"torch.optim.AdamW over the model's parameters took "
-                           f"{len(steps_taken)} steps, not {n}",
-                           "build one torch.optim.AdamW(model.parameters(), lr=lr) and call "
-                           "its step() once per training step")
+            raise _Failure(say("torch.optim.AdamW over the model's parameters took "
+                               "{steps} steps, not {n}", steps=len(steps_taken), n=n),
+                           say("build one torch.optim.AdamW(model.parameters(), lr=lr) and call "
+                               "its step() once per training step"))
         if abs(losses[0] - before) > 0.3:
-            raise _Failure(f"the first loss is {losses[0]:.2f}, but the untrained model's "
-                           f"loss on this text is {before:.2f}",
-                           "return the loss each step computed, before its update")
+            raise _Failure(say("the first loss is {first:.2f}, but the untrained model's "
+                               "loss on this text is {before:.2f}", first=losses[0],
+                               before=before),
+                           say("return the loss each step computed, before its update"))
         return model, list(losses)
 
     def falls() -> None:
         trained["model"], losses = train(steps, seed=0)
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         if not last < first - 1.0:
-            raise _Failure(f"the loss went from {first:.2f} (mean of the first 5 steps) to "
-                           f"{last:.2f} (the last 5): it should fall by more than 1",
-                           "zero the gradients before each backward pass, and pass lr on to "
-                           "the optimizer")
+            raise _Failure(say("the loss went from {first:.2f} (mean of the first 5 steps) to "
+                               "{last:.2f} (the last 5): it should fall by more than 1",
+                               first=first, last=last),
+                           say("zero the gradients before each backward pass, and pass lr on to "
+                               "the optimizer"))
 
     def predicts_the_next_token() -> None:
         model = trained.get("model") or train(steps, seed=0)[0]
@@ -349,22 +362,23 @@ def check_train_lm(train_lm: Callable[..., list]) -> CheckResult:
             guess = model(torch.arange(V)[None]).argmax(-1)[0]  # (V,)
         successor = (torch.arange(V) + 1) % V
         if torch.equal(guess, torch.arange(V)):
-            raise _Failure("the trained model predicts each token itself, not the next one",
-                           "the targets are the inputs shifted by one: a window of "
-                           "seq_len + 1 tokens gives inputs w[:-1] and targets w[1:]")
+            raise _Failure(say("the trained model predicts each token itself, not the next one"),
+                           say("the targets are the inputs shifted by one: a window of "
+                               "seq_len + 1 tokens gives inputs w[:-1] and targets w[1:]"))
         if (guess == successor).float().mean() < 0.9:
-            raise _Failure(f"the trained model predicts the next token for only "
-                           f"{int((guess == successor).sum())} of {V} tokens",
-                           "the loss is the cross-entropy of the logits at every position "
-                           "against the token that follows it")
+            raise _Failure(say("the trained model predicts the next token for only "
+                               "{right} of {V} tokens", right=int((guess == successor).sum()),
+                               V=V),
+                           say("the loss is the cross-entropy of the logits at every position "
+                               "against the token that follows it"))
 
     def seeded() -> None:
         if train(3, seed=3)[1] != train(3, seed=3)[1]:
-            raise _Failure("two runs with the same seed gave different losses",
-                           "draw the windows from a torch.Generator seeded with `seed`")
+            raise _Failure(say("two runs with the same seed gave different losses"),
+                           say("draw the windows from a torch.Generator seeded with `seed`"))
 
     return _run("train_lm", train_lm, [
-        ("30 steps on a text where each token has one successor: the loss falls", falls),
-        ("the trained model predicts each token's successor", predicts_the_next_token),
-        ("the same seed gives the same losses", seeded),
+        (say("30 steps on a text where each token has one successor: the loss falls"), falls),
+        (say("the trained model predicts each token's successor"), predicts_the_next_token),
+        (say("the same seed gives the same losses"), seeded),
     ], rules=RULES["train_lm"])

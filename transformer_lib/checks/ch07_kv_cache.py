@@ -26,6 +26,7 @@ from transformer_lib.checks._harness import (
     _known_mistakes,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.decoder import Decoder, DecoderConfig
 
 #: What the student's code may call in each exercise: exercise function -> its
@@ -57,16 +58,16 @@ def _max_context(budget_bytes: int, n_layers: int, d_model: int, n_heads: int,
 
 
 _CONTEXT_MISTAKES = [
-    (dict(heads="n_heads"), "this counts one key/value head per query head: with grouped-query "
-                            "attention the cache holds only the n_kv_heads heads"),
-    (dict(factor=1), "the cache holds keys and values: two tensors per layer, not one"),
-    (dict(batch=False), "each of the batch_size sequences has its own cache: the bytes per "
-                        "position grow with the batch"),
-    (dict(bits=True), "this counts bits: a value of this dtype takes "
-                      "torch.empty((), dtype=dtype).element_size() bytes"),
-    (dict(round_up=True), "this rounds up, and the last position would not fit: the answer "
-                          "is the largest context whose cache stays within the budget"),
-    (dict(factor=4), "keys and values are two tensors per layer: count the factor 2 once"),
+    (dict(heads="n_heads"), say("this counts one key/value head per query head: with grouped-query "
+                                "attention the cache holds only the n_kv_heads heads")),
+    (dict(factor=1), say("the cache holds keys and values: two tensors per layer, not one")),
+    (dict(batch=False), say("each of the batch_size sequences has its own cache: the bytes per "
+                            "position grow with the batch")),
+    (dict(bits=True), say("this counts bits: a value of this dtype takes "
+                          "torch.empty((), dtype=dtype).element_size() bytes")),
+    (dict(round_up=True), say("this rounds up, and the last position would not fit: the answer "
+                              "is the largest context whose cache stays within the budget")),
+    (dict(factor=4), say("keys and values are two tensors per layer: count the factor 2 once")),
 ]
 
 
@@ -93,21 +94,21 @@ def check_max_context(max_context: Callable[..., int]) -> CheckResult:
             got = _call(max_context, list(args), names)
             want = _max_context(*args)
             if isinstance(got, float) and not got.is_integer():
-                raise _Failure(f"returned {got}, not a whole number of positions",
-                               "round down to a whole number of positions: // rather than /")
+                raise _Failure(say("returned {got}, not a whole number of positions", got=got),
+                               say("round down to a whole number of positions: // rather than /"))
             mistakes = _known_mistakes(_max_context, args, names, _CONTEXT_MISTAKES)
-            _compare_number(got, want, "the context length", rel_tol=0.0, mistakes=mistakes)
+            _compare_number(got, want, say("the context length"), rel_tol=0.0, mistakes=mistakes)
         return run
 
     gib = 2 ** 30
     return _run("max_context", max_context, [
-        ("24 GiB, a 7B-class shape with 8 KV heads, batch 4, bfloat16",
+        (say("24 GiB, a 7B-class shape with 8 KV heads, batch 4, bfloat16"),
          case(24 * gib, 32, 4096, 32, 8, 4, torch.bfloat16)),
-        ("1 GB (10^9 bytes), 12 layers, MHA, batch 1, float32: not a whole number of "
-         "positions", case(10 ** 9, 12, 768, 12, 12, 1, torch.float32)),
-        ("80 GiB, 80 layers with 8 KV heads of 128, batch 16, float16",
+        (say("1 GB (10^9 bytes), 12 layers, MHA, batch 1, float32: not a whole number of "
+             "positions"), case(10 ** 9, 12, 768, 12, 12, 1, torch.float32)),
+        (say("80 GiB, 80 layers with 8 KV heads of 128, batch 16, float16"),
          case(80 * gib, 80, 8192, 64, 8, 16, torch.float16)),
-        ("a budget smaller than one position: 0", case(200, 2, 64, 4, 1, 1, torch.float64)),
+        (say("a budget smaller than one position: 0"), case(200, 2, 64, 4, 1, 1, torch.float64)),
     ], rules=RULES["max_context"])
 
 
@@ -187,14 +188,14 @@ def batched_reference(model: Decoder, prompts: Sequence[Tensor], n: int, *,
 #: The usual mistakes of batched generation: the keyword arguments of
 #: :func:`batched_reference` that make each one, and the message it earns.
 BATCH_MISTAKES = [
-    (dict(mask="none"), "the padding tokens were attended: they are keys like any other "
-                        "unless a mask over the keys, (B, 1, 1, S), blocks them"),
-    (dict(mask="prefill"), "the padded keys were blocked in the prefill only: a decode step "
-                           "builds no causal mask, but the padded keys are still in the cache, "
-                           "so pass the key mask at every step"),
-    (dict(side="right"), "with the padding on the right, the last column is a padding slot for "
-                         "the shorter prompts and their new tokens land after a gap: pad on "
-                         "the left, so that every prompt ends in the last column"),
+    (dict(mask="none"), say("the padding tokens were attended: they are keys like any other "
+                            "unless a mask over the keys, (B, 1, 1, S), blocks them")),
+    (dict(mask="prefill"), say("the padded keys were blocked in the prefill only: a decode step "
+                               "builds no causal mask, but the padded keys are still in the cache, "
+                               "so pass the key mask at every step")),
+    (dict(side="right"), say("with the padding on the right, the last column is a padding slot for "
+                             "the shorter prompts and their new tokens land after a gap: pad on "
+                             "the left, so that every prompt ends in the last column")),
 ]
 
 
@@ -227,26 +228,28 @@ def check_batched_generation(generate_batch: Callable[..., Tensor]) -> CheckResu
                 want = torch.cat([_greedy(model, p[None], n) for p in prompts])  # (B, n)
                 wrongs = [(batched_reference(model, prompts, n, **kw), hint)
                           for kw, hint in BATCH_MISTAKES]
-            _compare(got, want, "the new tokens", letters="(B, max_new_tokens)",
-                     axes=("prompt", "new token"), mistakes=wrongs)
+            _compare(got, want, say("the new tokens"), letters=say("(B, max_new_tokens)"),
+                     axes=("prompt", say("new token")), mistakes=wrongs)
             B = len(prompts)
             alone = [b for b, _ in chunks if b != B]
             if alone:
-                raise _Failure(f"a forward pass carried {alone[0]} sequence(s), not all {B}",
-                               "put every prompt in one batch, padded to one length: each "
-                               "forward pass serves all B sequences")
+                raise _Failure(say("a forward pass carried {carried} sequence(s), not all {B}",
+                                   carried=alone[0], B=B),
+                               say("put every prompt in one batch, padded to one length: each "
+                                   "forward pass serves all B sequences"))
             if len(chunks) > n or any(t != 1 for _, t in chunks[1:]):
-                raise _Failure(f"{len(chunks)} forward passes fed chunks of "
-                               f"{[t for _, t in chunks]} tokens for {n} new tokens",
-                               "prefill once into a KV cache (model.new_cache(B, ...)), then "
-                               "feed only the newest token of each sequence")
+                raise _Failure(say("{passes} forward passes fed chunks of {chunks} tokens for {n} "
+                                   "new tokens", passes=len(chunks),
+                                   chunks=[t for _, t in chunks], n=n),
+                               say("prefill once into a KV cache (model.new_cache(B, ...)), then "
+                                   "feed only the newest token of each sequence"))
         return run
 
     return _run("generate_batch", generate_batch, [
-        ("two prompts of 3 and 7 tokens, 5 new tokens", case((3, 7), 5)),
-        ("three prompts of 6, 1 and 4 tokens, 6 new tokens", case((6, 1, 4), 6)),
-        ("two prompts of the same length (nothing padded), 4 new tokens", case((5, 5), 4)),
-        ("one prompt of 4 tokens, 3 new tokens", case((4,), 3)),
+        (say("two prompts of 3 and 7 tokens, 5 new tokens"), case((3, 7), 5)),
+        (say("three prompts of 6, 1 and 4 tokens, 6 new tokens"), case((6, 1, 4), 6)),
+        (say("two prompts of the same length (nothing padded), 4 new tokens"), case((5, 5), 4)),
+        (say("one prompt of 4 tokens, 3 new tokens"), case((4,), 3)),
     ], rules=RULES["generate_batch"])
 
 
@@ -281,10 +284,11 @@ def _run_spec(step: Callable, model: Decoder, prompt: Tensor, draft: Tensor, cop
             new = _call(step, [model, cache, pending, draft],
                         ["model", "cache", "pending", "draft"])
         if len(chunks) != 1:
-            raise _Failure(f"the step ran the model {len(chunks)} times, on chunks of "
-                           f"{[t for _, t in chunks]} tokens",
-                           "verify the whole draft in one forward pass: feed the pending "
-                           "token and the k draft tokens as one chunk of k + 1")
+            raise _Failure(say("the step ran the model {passes} times, on chunks of "
+                               "{chunks} tokens", passes=len(chunks),
+                               chunks=[t for _, t in chunks]),
+                           say("verify the whole draft in one forward pass: feed the pending "
+                               "token and the k draft tokens as one chunk of k + 1"))
         return new, cache, pending, draft
     with torch.no_grad():
         return step(model, cache, pending, draft), cache, pending, draft
@@ -294,20 +298,20 @@ def _spec_mistakes(model: Decoder, prompt: Tensor, draft: Tensor) -> list[tuple[
     """(new tokens, cache.pos after) of each known mistake, with its hint."""
     found = []
     for kwargs, hint in [
-        (dict(shift=1), "the logits of the chunk's position i predict the token after "
-                        "position i: draft token i is checked against the choice made at "
-                        "the chunk's position i (the pending token is position 0)"),
-        (dict(prefix=False), "a draft token after the first disagreement was accepted: once "
-                             "the model disagrees, the later draft tokens were guessed after "
-                             "a wrong token and are all rejected"),
-        (dict(bonus=False), "after the accepted draft tokens comes the model's own token, the "
-                            "choice at the first rejected position (or after the last draft "
-                            "token): the step returns n + 1 tokens"),
-        (dict(rollback="none"), "cache.pos still counts the rejected draft tokens: set it back "
-                                "to P + 1 + n, so that their stale keys and values are "
-                                "neither read nor kept"),
-        (dict(rollback="pending"), "the pending token was dropped from the cache: it was "
-                                   "part of the sequence, so cache.pos is P + 1 + n"),
+        (dict(shift=1), say("the logits of the chunk's position i predict the token after "
+                            "position i: draft token i is checked against the choice made at "
+                            "the chunk's position i (the pending token is position 0)")),
+        (dict(prefix=False), say("a draft token after the first disagreement was accepted: once "
+                                 "the model disagrees, the later draft tokens were guessed after "
+                                 "a wrong token and are all rejected")),
+        (dict(bonus=False), say("after the accepted draft tokens comes the model's own token, the "
+                                "choice at the first rejected position (or after the last draft "
+                                "token): the step returns n + 1 tokens")),
+        (dict(rollback="none"), say("cache.pos still counts the rejected draft tokens: set it back "
+                                    "to P + 1 + n, so that their stale keys and values are "
+                                    "neither read nor kept")),
+        (dict(rollback="pending"), say("the pending token was dropped from the cache: it was "
+                                       "part of the sequence, so cache.pos is P + 1 + n")),
     ]:
         step = lambda m, c, p, d, kw=kwargs: _speculative_reference(m, c, p, d, **kw)  # noqa: E731
         new, cache, _, _ = _run_spec(step, model, prompt, draft, copy=False)
@@ -360,15 +364,16 @@ def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResu
             for new, _, hint in mistakes:  # a mistake that accepts too few or too many
                 if new.shape != want.shape:
                     shape_hints.setdefault(tuple(new.shape), hint)
-            _compare(got, want, "the new tokens", letters="(1, n + 1)",
+            _compare(got, want, say("the new tokens"), letters=say("(1, n + 1)"),
                      axes=("batch", "token"),
                      mistakes=[(new, hint) for new, _, hint in mistakes],
                      shape_hints=shape_hints)
             if cache.pos != P + 1 + n:
                 hint = next((h for new, pos, h in mistakes
                              if pos == cache.pos and torch.equal(new, want)), None)
-                raise _Failure(f"cache.pos is {cache.pos} after the step; expected P + 1 + n "
-                               f"= {P} + 1 + {n} = {P + 1 + n}", hint)
+                raise _Failure(say("cache.pos is {pos} after the step; expected P + 1 + n "
+                                   "= {P} + 1 + {n} = {expected}", pos=cache.pos, P=P, n=n,
+                                   expected=P + 1 + n), hint)
         return run
 
     def generation(steps: int) -> Callable[[], None]:
@@ -390,35 +395,40 @@ def check_speculative_step(speculative_step: Callable[..., Tensor]) -> CheckResu
                         new = _call(speculative_step, [model, cache, pending, draft],
                                     ["model", "cache", "pending", "draft"])
                     if len(chunks) != 1:
-                        raise _Failure(f"step {i + 1} ran the model {len(chunks)} times",
-                                       "verify the whole draft in one forward pass")
+                        raise _Failure(say("step {step} ran the model {passes} times",
+                                           step=i + 1, passes=len(chunks)),
+                                       say("verify the whole draft in one forward pass"))
                     if not isinstance(new, Tensor) or new.dim() != 2 or new.shape[0] != 1 \
                             or new.shape[1] < 1:
-                        raise _Failure(f"step {i + 1} returned {_describe(new)}: return "
-                                       "the new tokens as a (1, n + 1) tensor")
+                        raise _Failure(say("step {step} returned {got}: return "
+                                           "the new tokens as a (1, n + 1) tensor",
+                                           step=i + 1, got=_describe(new)))
                     sequence = torch.cat([sequence, new], dim=1)
                     pending = new[:, -1:]
                     if cache.pos != sequence.shape[1] - 1:
                         raise _Failure(
-                            f"after step {i + 1} the sequence has {sequence.shape[1]} tokens "
-                            f"but cache.pos is {cache.pos} (expected {sequence.shape[1] - 1}: "
-                            "every token but the pending one)")
+                            say("after step {step} the sequence has {length} tokens "
+                                "but cache.pos is {pos} (expected {expected}: "
+                                "every token but the pending one)", step=i + 1,
+                                length=sequence.shape[1], pos=cache.pos,
+                                expected=sequence.shape[1] - 1))
             n = sequence.shape[1] - prompt.shape[1]
             wrong = (sequence[0, prompt.shape[1]:] != truth[:n]).nonzero()
             if len(wrong):
                 i = int(wrong[0])
-                raise _Failure(f"generated token {i} is {int(sequence[0, prompt.shape[1] + i])}"
-                               f", greedy decoding gives {int(truth[i])}")
+                raise _Failure(say("generated token {i} is {got}, greedy decoding gives {want}",
+                                   i=i, got=int(sequence[0, prompt.shape[1] + i]),
+                                   want=int(truth[i])))
         return run
 
     return _run("speculative_step", speculative_step, [
-        ("a draft of 4 the model agrees with: 4 accepted, then the model's token",
+        (say("a draft of 4 the model agrees with: 4 accepted, then the model's token"),
          one_step(None, 4)),
-        ("the first draft token is wrong: nothing accepted, the model's token",
+        (say("the first draft token is wrong: nothing accepted, the model's token"),
          one_step(0, 3)),
-        ("the third of 5 draft tokens is wrong and the fourth agrees again: 2 accepted",
+        (say("the third of 5 draft tokens is wrong and the fourth agrees again: 2 accepted"),
          one_step(2, 5, also_right_after=True)),
-        ("8 steps of generation with a wrong guess in every draft: the greedy tokens",
+        (say("8 steps of generation with a wrong guess in every draft: the greedy tokens"),
          generation(8)),
     ], rules=RULES["speculative_step"])
 

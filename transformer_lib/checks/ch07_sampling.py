@@ -21,6 +21,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -49,8 +50,8 @@ def _mass_before(p: Tensor, keep: Tensor, rank: Tensor) -> Tensor:
 
 
 def _sampling(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, *,
-              tau: str = "divide", order: str = "k, p", nucleus: str = "before",
-              ties: str = "by id", axis: int = -1, renormalise: bool = True,
+              tau: str = "divide", order: str = "k,p", nucleus: str = "before",
+              ties: str = "by_id", axis: int = -1, renormalise: bool = True,
               greedy: str = "first") -> Tensor:
     """The reference (the defaults), in float64, and the mistakes (the other arguments)."""
     z = logits.double()
@@ -71,7 +72,7 @@ def _sampling(logits: Tensor, temperature: float, top_k: int | None, top_p: floa
     def cut_k(keep: Tensor) -> Tensor:
         if top_k is None:
             return keep
-        if ties == "by id":
+        if ties == "by_id":
             return keep & (rank < top_k)
         if ties == "topk":  # whichever of equal values torch.topk returns
             chosen = p.topk(top_k, dim=-1).indices  # (B, k)
@@ -88,7 +89,7 @@ def _sampling(logits: Tensor, temperature: float, top_k: int | None, top_p: floa
         q = p * keep / (p * keep).sum(-1, keepdim=True)
         return keep & (before + q <= top_p)  # one too few: the token that crosses p dropped
 
-    keep = cut_p(cut_k(keep)) if order == "k, p" else cut_k(cut_p(keep))
+    keep = cut_p(cut_k(keep)) if order == "k,p" else cut_k(cut_p(keep))
     kept = p * keep
     if renormalise:  # 0 / 0 (NaN) where a mistake keeps nothing, as the mistake itself gives
         kept = kept / kept.sum(axis, keepdim=True)
@@ -96,28 +97,30 @@ def _sampling(logits: Tensor, temperature: float, top_k: int | None, top_p: floa
 
 
 _MISTAKES = [
-    (dict(tau="ignored"), "the temperature changed nothing: dividing the probabilities by τ "
-                          "is undone when they are renormalised; divide the logits by τ "
-                          "before the softmax"),
-    (dict(tau="multiply"), "the logits were multiplied by τ: divide them, so that τ < 1 "
-                           "sharpens the distribution and τ > 1 flattens it"),
-    (dict(nucleus="inclusive"), "top-p kept one token too few: the smallest set whose "
-                                "probability reaches p includes the token that crosses p; keep "
-                                "a token while the probability of the tokens before it is "
-                                "below p"),
-    (dict(order="p, k"), "top-p ran before top-k (or on the probabilities before top-k's "
-                         "survivors were renormalised): top-k comes first, and top-p judges "
-                         "what top-k left, renormalised"),
-    (dict(ties="all"), "top-k kept every token tied with the k-th: exactly top_k tokens "
-                       "survive, and among equal probabilities the smaller ids"),
-    (dict(ties="topk"), "among equal probabilities top-k keeps the smaller ids: torch.topk "
-                        "does not promise which of equal values it returns, a stable sort "
-                        "keeps them in the order of their ids"),
-    (dict(axis=0), "the survivors were renormalised over the wrong axis: each row is one "
-                   "sequence's distribution over the V tokens, so divide by the sum of its row"),
-    (dict(renormalise=False), "the kept probabilities were not renormalised: divide them by "
-                              "their sum, so that each row sums to 1"),
-    (dict(greedy="last"), "among equally likely tokens, greedy decoding takes the smallest id"),
+    (dict(tau="ignored"), say("the temperature changed nothing: dividing the probabilities by τ "
+                              "is undone when they are renormalised; divide the logits by τ "
+                              "before the softmax")),
+    (dict(tau="multiply"), say("the logits were multiplied by τ: divide them, so that τ < 1 "
+                               "sharpens the distribution and τ > 1 flattens it")),
+    (dict(nucleus="inclusive"), say("top-p kept one token too few: the smallest set whose "
+                                    "probability reaches p includes the token that crosses p; keep "
+                                    "a token while the probability of the tokens before it is "
+                                    "below p")),
+    (dict(order="p,k"), say("top-p ran before top-k (or on the probabilities before top-k's "
+                            "survivors were renormalised): top-k comes first, and top-p judges "
+                            "what top-k left, renormalised")),
+    (dict(ties="all"), say("top-k kept every token tied with the k-th: exactly top_k tokens "
+                           "survive, and among equal probabilities the smaller ids")),
+    (dict(ties="topk"), say("among equal probabilities top-k keeps the smaller ids: torch.topk "
+                            "does not promise which of equal values it returns, a stable sort "
+                            "keeps them in the order of their ids")),
+    (dict(axis=0),
+     say("the survivors were renormalised over the wrong axis: each row is one sequence's "
+         "distribution over the V tokens, so divide by the sum of its row")),
+    (dict(renormalise=False), say("the kept probabilities were not renormalised: divide them by "
+                                  "their sum, so that each row sums to 1")),
+    (dict(greedy="last"),
+     say("among equally likely tokens, greedy decoding takes the smallest id")),
 ]
 
 
@@ -127,9 +130,10 @@ def _rows_sum_to_one(got: Tensor) -> str | None:
     if bad.any():
         b = int(bad.nonzero()[0])
         if sums[b] == 0:
-            return (f"row {b} keeps no token: top-k and top-p always keep at least the most "
-                    "likely token")
-        return f"row {b} of the probabilities sums to {sums[b].item():.4g}, not 1"
+            return say("row {b} keeps no token: top-k and top-p always keep at least the most "
+                       "likely token", b=b)
+        return say("row {b} of the probabilities sums to {total:.4g}, not 1", b=b,
+                   total=sums[b].item())
     return None
 
 
@@ -163,13 +167,13 @@ def check_sampling_probs(sampling_probs: Callable[..., Tensor]) -> CheckResult:
             want = _sampling(*args)
             mistakes = [(_sampling(*args, **kw), hint) for kw, hint in _MISTAKES]
             atol = 1e-6 if logits.dtype == torch.float32 else 1e-12
-            _compare(got, want, "the probabilities", letters="(B, V)", axes=("row", "token"),
-                     atol=atol, rtol=atol * 10, mistakes=mistakes,
+            _compare(got, want, say("the probabilities"), letters=say("(B, V)"),
+                     axes=("row", "token"), atol=atol, rtol=atol * 10, mistakes=mistakes,
                      properties=[_rows_sum_to_one],
-                     nan_hint="NaN comes from a division by a temperature of 0 (0 means "
-                              "greedy: all the probability on the most likely token) or from "
-                              "a row where nothing was kept (0 / 0: top-p always keeps the "
-                              "most likely token)")
+                     nan_hint=say("NaN comes from a division by a temperature of 0 (0 means "
+                                  "greedy: all the probability on the most likely token) or from "
+                                  "a row where nothing was kept (0 / 0: top-p always keeps the "
+                                  "most likely token)"))
         return run
 
     def from_probs(*rows: list[float]) -> Tensor:
@@ -185,26 +189,26 @@ def check_sampling_probs(sampling_probs: Callable[..., Tensor]) -> CheckResult:
 
     wide = torch.randn(4, 50, generator=g) * 2.5  # (B, V)
     return _run("sampling_probs", sampling_probs, [
-        ("temperature 0.7 alone, (B, V) = (3, 10)",
+        (say("temperature 0.7 alone, (B, V) = (3, 10)"),
          case(torch.randn(3, 10, generator=g) * 2, 0.7, None, None)),
-        ("top-k 3 with a tie at the third place: the smaller ids are kept",
+        (say("top-k 3 with a tie at the third place: the smaller ids are kept"),
          case(from_probs([0.1, 0.3, 0.15, 0.05, 0.15, 0.25], [0.2, 0.2, 0.2, 0.2, 0.1, 0.1]),
               1.0, 3, None)),
-        ("top-p 0.55: the token that crosses 0.55 is kept, ties in the order of the ids",
+        (say("top-p 0.55: the token that crosses 0.55 is kept, ties in the order of the ids"),
          case(from_probs([0.04, 0.5, 0.15, 0.3, 0.01], [0.25, 0.2, 0.25, 0.2, 0.1]),
               1.0, None, 0.55)),
-        ("top-p 0.4 below the largest probability (0.6): one token",
+        (say("top-p 0.4 below the largest probability (0.6): one token"),
          case(from_probs([0.3, 0.6, 0.1], [0.2, 0.1, 0.7]), 1.0, None, 0.4)),
-        ("temperature 1.3, top-k 3, top-p 0.7: top-k first, then top-p on what it left",
+        (say("temperature 1.3, top-k 3, top-p 0.7: top-k first, then top-p on what it left"),
          case(from_probs([0.15, 0.3, 0.1, 0.2, 0.25], [0.05, 0.45, 0.2, 0.1, 0.2]),
               1.3, 3, 0.7)),
-        ("temperature 0: greedy, one token per row, the smaller id of a tie",
+        (say("temperature 0: greedy, one token per row, the smaller id of a tie"),
          case(torch.tensor([[0.5, 2.0, -1.0, 2.0], [3.0, 1.0, 0.0, -2.0]]), 0.0, None, None)),
-        ("float64 logits (4, 50): temperature 0.8, top-k 20, top-p 0.9",
+        (say("float64 logits (4, 50): temperature 0.8, top-k 20, top-p 0.9"),
          case(wide.double(), 0.8, 20, 0.9)),
-        ("a negative temperature: a ValueError naming it",
-         error(torch.randn(2, 6, generator=g), -0.5, None, "a temperature must be >= 0",
+        (say("a negative temperature: a ValueError naming it"),
+         error(torch.randn(2, 6, generator=g), -0.5, None, say("a temperature must be >= 0"),
                ["-0.5"])),
-        ("top_k 9 for a vocabulary of 6: a ValueError naming both",
-         error(torch.randn(2, 6, generator=g), 1.0, 9, "top_k must be at most V", ["9", "6"])),
+        (say("top_k 9 for a vocabulary of 6: a ValueError naming both"),
+         error(torch.randn(2, 6, generator=g), 1.0, 9, say("top_k must be at most V"), ["9", "6"])),
     ], rules=RULES["sampling_probs"])

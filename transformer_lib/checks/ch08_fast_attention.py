@@ -26,6 +26,7 @@ from transformer_lib.checks._harness import (
     _items,
     _run,
 )
+from transformer_lib.checks._messages import say
 
 #: What the student's code may call in each exercise: exercise function -> its
 #: :class:`~transformer_lib.checks.Rules` (enforced by the guard while the function runs).
@@ -123,24 +124,24 @@ def _merge(m1, l1, acc1, m2, l2, acc2, *, mistake: str | None = None):
     return m, a1 * l1 + a2 * l2, a1 * acc1 + a2 * acc2
 
 
-_OVERFLOW = ("exp overflows in float32 above about 88: keep every exponent at most 0 by "
-             "subtracting the new maximum before exponentiating")
+_OVERFLOW = say("exp overflows in float32 above about 88: keep every exponent at most 0 by "
+                "subtracting the new maximum before exponentiating")
 
 _MERGE_HINTS = {
-    "old_sum_not_rescaled": "the first block's sums are still relative to its own maximum m1: "
-                            "multiply them by exp(m1 - m) too, not only the second block's",
-    "sum_not_rescaled": "l was added without rescaling: each block's sum of exponentials is "
-                        "relative to its own maximum, so l1 and l2 need the factors "
-                        "exp(m1 - m) and exp(m2 - m) as acc does",
-    "acc_not_rescaled": "acc was added without rescaling: acc1 and acc2 need the same factors "
-                        "exp(m1 - m) and exp(m2 - m) as l1 and l2",
-    "sign": "the factors are exp(m_i - m), at most 1: the new maximum m is at least each "
-            "block's maximum",
-    "nan_when_masked": "a row with no visible key in either block has m1 = m2 = -inf, and "
-                       "exp(-inf - (-inf)) is NaN: take the factor as 0 where the merged "
-                       "maximum is -inf (l and acc stay 0)",
-    "normalised": "return the unnormalised sum acc; divide by l only once, after the last "
-                  "block",
+    "old_sum_not_rescaled": say("the first block's sums are still relative to its own maximum m1: "
+                                "multiply them by exp(m1 - m) too, not only the second block's"),
+    "sum_not_rescaled": say("l was added without rescaling: each block's sum of exponentials is "
+                            "relative to its own maximum, so l1 and l2 need the factors "
+                            "exp(m1 - m) and exp(m2 - m) as acc does"),
+    "acc_not_rescaled": say("acc was added without rescaling: acc1 and acc2 need the same factors "
+                            "exp(m1 - m) and exp(m2 - m) as l1 and l2"),
+    "sign": say("the factors are exp(m_i - m), at most 1: the new maximum m is at least each "
+                "block's maximum"),
+    "nan_when_masked": say("a row with no visible key in either block has m1 = m2 = -inf, and "
+                           "exp(-inf - (-inf)) is NaN: take the factor as 0 where the merged "
+                           "maximum is -inf (l and acc stay 0)"),
+    "normalised": say("return the unnormalised sum acc; divide by l only once, after the last "
+                      "block"),
 }
 
 
@@ -179,23 +180,24 @@ def check_merge_softmax_stats(merge_softmax_stats: Callable[..., tuple]) -> Chec
 
         def run() -> None:
             got = _call(merge_softmax_stats, args, ["m1", "l1", "acc1", "m2", "l2", "acc2"])
-            got = _items(got, 3, "the triple (m, l, acc)")
-            for i, (name, letters) in enumerate((("m", "(..., T, 1)"), ("l", "(..., T, 1)"),
-                                                 ("acc", "(..., T, Dv)"))):
+            got = _items(got, 3, say("the triple (m, l, acc)"))
+            for i, (name, letters) in enumerate((("m", say("(..., T, 1)")),
+                                                 ("l", say("(..., T, 1)")),
+                                                 ("acc", say("(..., T, Dv)")))):
                 _compare(got[i], want[i], name, letters=letters, nan_hint=nan_hint,
                          mistakes=[(w[i], _MERGE_HINTS[k]) for k, w in wrongs.items()])
         return run
 
     rows = torch.tensor([[False, True, False, True, False]])  # (1, T): some rows masked
     return _run("merge_softmax_stats", merge_softmax_stats, [
-        ("two blocks of 4 and 6 keys, 5 queries", case((1, 5), 4, 6, 3)),
-        ("the second block scores higher (by 5): its maximum wins",
+        (say("two blocks of 4 and 6 keys, 5 queries"), case((1, 5), 4, 6, 3)),
+        (say("the second block scores higher (by 5): its maximum wins"),
          case((2, 3, 4), 8, 5, 2, shift2=5.0)),
-        ("scores near 1000: nothing may overflow",
+        (say("scores near 1000: nothing may overflow"),
          case((1, 6), 7, 7, 4, scale=30.0, shift2=1000.0, nan_hint=_OVERFLOW)),
-        ("some rows see no key of the second block (m2 = -inf)",
+        (say("some rows see no key of the second block (m2 = -inf)"),
          case((1, 5), 3, 4, 2, masked2=rows)),
-        ("a row that sees no key in either block, in float64",
+        (say("a row that sees no key in either block, in float64"),
          case((1, 5), 3, 4, 2, masked1=rows, masked2=rows, dtype=torch.float64)),
     ], rules=RULES["merge_softmax_stats"])
 
@@ -227,11 +229,11 @@ def _causal_reference(q: Tensor, k: Tensor, v: Tensor, *, align: str = "bottom_r
 
 
 _TILE_HINTS = {
-    "top_left": "the mask is aligned to the top left: the T queries are the last T of the S "
-                "positions, so query i sits at position S - T + i and sees keys 0 … S - T + i",
-    "strict": "each query may see its own position too: key j is visible when j <= S - T + i",
-    "no_mask": "a tile on the diagonal holds keys after some of its queries: mask them there "
-               "(the tiles that are skipped are only those above the diagonal)",
+    "top_left": say("the mask is aligned to the top left: the T queries are the last T of the S "
+                    "positions, so query i sits at position S - T + i and sees keys 0 … S - T + i"),
+    "strict": say("each query may see its own position too: key j is visible when j <= S - T + i"),
+    "no_mask": say("a tile on the diagonal holds keys after some of its queries: mask them there "
+                   "(the tiles that are skipped are only those above the diagonal)"),
 }
 
 
@@ -269,24 +271,26 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
             with _NewTensors() as made:
                 got = _call(tiled_causal_attention, [q, k, v, block_q, block_k],
                             ["q", "k", "v", "block_q", "block_k"])
-            out, n_tiles = _items(got, 2, "the pair (out, n_tiles)")
+            out, n_tiles = _items(got, 2, say("the pair (out, n_tiles)"))
             atol = 1e-12 if dtype == torch.float64 else 1e-5
-            _compare(out, want, "out", letters="(..., T, Dv)", atol=atol, rtol=atol,
-                     mistakes=wrongs, nan_hint="a row of a tile may see none of the tile's "
-                     "keys: its factor exp(s - m) must come out 0, not NaN")
-            all_tiles = (f"{every} is every tile: the tiles above the diagonal, whose keys "
-                         "all come after every query of the tile, are to be skipped, not "
-                         "computed and masked")
+            _compare(out, want, "out", letters=say("(..., T, Dv)"), atol=atol, rtol=atol,
+                     mistakes=wrongs, nan_hint=say("a row of a tile may see none of the "
+                                                   "tile's keys: its factor exp(s - m) must come "
+                                                   "out 0, not NaN"))
+            all_tiles = say("{every} is every tile: the tiles above the diagonal, whose keys "
+                            "all come after every query of the tile, are to be skipped, not "
+                            "computed and masked", every=every)
             _compare_number(n_tiles, tiles, "n_tiles", rel_tol=0.0,
                             mistakes=[(every, all_tiles)] if every != tiles else [])
             shape = _too_large(made.shapes, block_q, block_k, D, Dv, q.dim())
             if shape is not None:
                 raise _Failure(
-                    f"created a tensor of shape {shape}, larger than one tile of "
-                    f"({block_q}, {block_k}) queries by keys",
-                    "compute each tile of scores from a tile of block_q queries and a tile of "
-                    "block_k keys, and its mask from their positions: no scores, weights or "
-                    "mask for all T queries or all S keys at once")
+                    say("created a tensor of shape {shape}, larger than one tile of "
+                        "({block_q}, {block_k}) queries by keys", shape=shape, block_q=block_q,
+                        block_k=block_k),
+                    say("compute each tile of scores from a tile of block_q queries and a tile of "
+                        "block_k keys, and its mask from their positions: no scores, weights or "
+                        "mask for all T queries or all S keys at once"))
         return run
 
     def fixed_work() -> None:
@@ -295,19 +299,20 @@ def check_tiled_causal_attention(tiled_causal_attention: Callable[..., tuple]) -
                     torch.randn(2, T, 4, generator=g), block, block]
         _fixed_work(tiled_causal_attention, inputs(8, 4), inputs(16, 8),
                     ["q", "k", "v", "block_q", "block_k"], "tile",
-                    ("T = S = 8 in tiles of 4 by 4", "T = S = 16 in tiles of 8 by 8"))
+                    (say("T = S = 8 in tiles of 4 by 4"), say("T = S = 16 in tiles of 8 by 8")))
 
     return _run("tiled_causal_attention", tiled_causal_attention, [
-        ("T = S = 10, tiles of 4 queries by 3 keys", case((1, 2), 10, 10, 8, 8, 4, 3)),
-        ("a chunk of 5 queries after 8 cached keys (S = 13), tiles of 2 by 4",
+        (say("T = S = 10, tiles of 4 queries by 3 keys"), case((1, 2), 10, 10, 8, 8, 4, 3)),
+        (say("a chunk of 5 queries after 8 cached keys (S = 13), tiles of 2 by 4"),
          case((2,), 5, 13, 4, 6, 2, 4)),
-        ("one query after 9 cached keys (decoding), tiles of 4 by 4",
+        (say("one query after 9 cached keys (decoding), tiles of 4 by 4"),
          case((1, 1), 1, 10, 8, 8, 4, 4)),
-        ("T = S = 12 in float64, tiles of 5 by 5", case((), 12, 12, 6, 3, 5, 5, torch.float64)),
-        ("blocks larger than the sequence: one tile", case((2, 1), 6, 7, 4, 4, 8, 16)),
-        ("T = 12 after 3 cached keys, tiles of 4 by 3: nothing larger than a tile",
+        (say("T = S = 12 in float64, tiles of 5 by 5"),
+         case((), 12, 12, 6, 3, 5, 5, torch.float64)),
+        (say("blocks larger than the sequence: one tile"), case((2, 1), 6, 7, 4, 4, 8, 16)),
+        (say("T = 12 after 3 cached keys, tiles of 4 by 3: nothing larger than a tile"),
          case((2, 1), 12, 15, 5, 7, 4, 3)),
-        ("the work grows with the number of tiles, not with their size", fixed_work),
+        (say("the work grows with the number of tiles, not with their size"), fixed_work),
     ], rules=RULES["tiled_causal_attention"])
 
 
@@ -342,15 +347,15 @@ def _combine(outs: list[Tensor], lses: list[Tensor], *, mistake: str | None = No
 
 
 _COMBINE_HINTS = {  # the NaN mistake first: in a case with masked rows, it is the cause
-    "nan_when_masked": "a row that sees no key in any split has every lse_i = -inf, and "
-                       "exp(-inf - (-inf)) is NaN: give it out = 0 and lse = -inf",
-    "mean": "each split's output is an average over its own keys only: weight it by its "
-            "share of the whole softmax, exp(lse_i - lse), not equally",
-    "raw_exp": "exp(lse_i) overflows when the scores are large: subtract the largest lse_i "
-               "before taking exponentials",
-    "linear": "the weight of a split is exp(lse_i - lse), the exponential of its log-sum-exp, "
-              "not proportional to lse_i itself",
-    "lse_max": "the combined log-sum-exp is log Σ exp(lse_i), not the largest lse_i",
+    "nan_when_masked": say("a row that sees no key in any split has every lse_i = -inf, and "
+                           "exp(-inf - (-inf)) is NaN: give it out = 0 and lse = -inf"),
+    "mean": say("each split's output is an average over its own keys only: weight it by its "
+                "share of the whole softmax, exp(lse_i - lse), not equally"),
+    "raw_exp": say("exp(lse_i) overflows when the scores are large: subtract the largest lse_i "
+                   "before taking exponentials"),
+    "linear": say("the weight of a split is exp(lse_i - lse), the exponential of its log-sum-exp, "
+                  "not proportional to lse_i itself"),
+    "lse_max": say("the combined log-sum-exp is log Σ exp(lse_i), not the largest lse_i"),
 }
 
 
@@ -396,9 +401,10 @@ def check_combine_splits(combine_splits: Callable[..., tuple]) -> CheckResult:
 
         def run() -> None:
             got = _call(combine_splits, [list(outs), list(lses)], ["outs", "lses"])
-            got = _items(got, 2, "the pair (out, lse)")
+            got = _items(got, 2, say("the pair (out, lse)"))
             atol = 1e-12 if dtype == torch.float64 else 1e-5
-            for i, (name, letters) in enumerate((("out", "(..., T, Dv)"), ("lse", "(..., T)"))):
+            for i, (name, letters) in enumerate((("out", say("(..., T, Dv)")),
+                                                 ("lse", say("(..., T)")))):
                 _compare(got[i], want[i], name, letters=letters, atol=atol, rtol=atol,
                          nan_hint=nan_hint,
                          mistakes=[(w[i], _COMBINE_HINTS[k]) for k, w in wrongs.items()])
@@ -407,11 +413,11 @@ def check_combine_splits(combine_splits: Callable[..., tuple]) -> CheckResult:
     blocked = {0: torch.tensor([True, False, True]), 1: torch.tensor([True, True, False]),
                2: torch.tensor([True, False, False])}  # row 0 sees no key at all
     return _run("combine_splits", combine_splits, [
-        ("one query (decoding), 4 splits of 16, 16, 16 and 7 keys",
+        (say("one query (decoding), 4 splits of 16, 16, 16 and 7 keys"),
          case((2, 2), 1, (16, 16, 16, 7), 8, 8)),
-        ("5 queries, 2 uneven splits", case((1,), 5, (3, 9), 4, 6)),
-        ("large scores (log-sum-exp in the hundreds): nothing may overflow",
+        (say("5 queries, 2 uneven splits"), case((1,), 5, (3, 9), 4, 6)),
+        (say("large scores (log-sum-exp in the hundreds): nothing may overflow"),
          case((1, 1), 2, (8, 8, 8), 16, 4, scale=60.0)),
-        ("rows that see no key of a split, and one that sees none at all, in float64",
+        (say("rows that see no key of a split, and one that sees none at all, in float64"),
          case((1,), 3, (5, 4, 3), 4, 2, blocked=blocked, dtype=torch.float64)),
     ], rules=RULES["combine_splits"])

@@ -24,6 +24,7 @@ from transformer_lib.checks._harness import (
     _generator,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.checks.ch01_softmax_attention import _SOFTMAXES
 from transformer_lib.checks.ch08_fast_attention import NEG_INF, _NewTensors, _too_large
 
@@ -72,19 +73,19 @@ def _full_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 _KEY_TILE_HINTS = {
-    "acc_not_rescaled": "the running sum a was not rescaled when the maximum grew: multiply "
-                        "it by exp(m - m_new), as l, before adding the new tile",
-    "l_not_rescaled": "the running sum l was not rescaled when the maximum grew: multiply it "
-                      "by exp(m - m_new), as a, before adding the new tile",
-    "none_rescaled": "l and a were not rescaled when the maximum grew: both sums are relative "
-                     "to the old maximum m, so multiply them by exp(m - m_new) before adding "
-                     "the new tile",
-    "no_scale": "divide the scores by √D before the online softmax",
-    "divided_in_loop": "a was divided by l inside the loop and then rescaled as if it were "
-                       "still a sum: keep a unnormalised and divide by l once, after the last "
-                       "tile",
-    "short_tile_dropped": "the last, shorter tile of keys is missing: range(0, S, block) "
-                          "reaches it, and slicing past the end gives the shorter tile",
+    "acc_not_rescaled": say("the running sum a was not rescaled when the maximum grew: multiply "
+                            "it by exp(m - m_new), as l, before adding the new tile"),
+    "l_not_rescaled": say("the running sum l was not rescaled when the maximum grew: multiply it "
+                          "by exp(m - m_new), as a, before adding the new tile"),
+    "none_rescaled": say("l and a were not rescaled when the maximum grew: both sums are relative "
+                         "to the old maximum m, so multiply them by exp(m - m_new) before adding "
+                         "the new tile"),
+    "no_scale": say("divide the scores by √D before the online softmax"),
+    "divided_in_loop": say("a was divided by l inside the loop and then rescaled as if it were "
+                           "still a sum: keep a unnormalised and divide by l once, after the last "
+                           "tile"),
+    "short_tile_dropped": say("the last, shorter tile of keys is missing: range(0, S, block) "
+                              "reaches it, and slicing past the end gives the shorter tile"),
 }
 
 
@@ -133,28 +134,28 @@ def check_tiled_attention(tiled_attention: Callable[..., Tensor]) -> CheckResult
                     if key in wrongs]
         if Dv != D:
             mistakes.append((_keys_in_tiles(q, k, v, block, scale=Dv ** -0.5),
-                             f"the scale is 1/√D with D = {D}, the width of q and k, not of v "
-                             f"(Dv = {Dv})"))
+                             say("the scale is 1/√D with D = {D}, the width of q and k, not of v "
+                                 "(Dv = {Dv})", D=D, Dv=Dv)))
 
         def run() -> None:
             with _NewTensors() as made:
                 out = _call(tiled_attention, [q, k, v, block], ["q", "k", "v", "block"])
             atol = 1e-12 if dtype == torch.float64 else 1e-5
-            _compare(out, want, "out", letters="(..., T, Dv)", atol=atol, rtol=atol,
+            _compare(out, want, "out", letters=say("(..., T, Dv)"), atol=atol, rtol=atol,
                      mistakes=mistakes,
-                     shape_hints={(*lead, T, D): f"out takes its width from v (Dv = {Dv}), "
-                                                 f"not from q (D = {D})"},
-                     nan_hint="exp of a score overflows in float32 above about 88: subtract "
-                              "the running maximum before exponentiating, so that no exponent "
-                              "is positive")
+                     shape_hints={(*lead, T, D): say("out takes its width from v (Dv = {Dv}), "
+                                                     "not from q (D = {D})", Dv=Dv, D=D)},
+                     nan_hint=say("exp of a score overflows in float32 above about 88: subtract "
+                                  "the running maximum before exponentiating, so that no exponent "
+                                  "is positive"))
             shape = _wider_than_a_key_tile(made.shapes, T, block, D, Dv, q.dim())
             if shape is not None:
                 raise _Failure(
-                    f"created a tensor of shape {shape}, more than one tile of {block} keys "
-                    f"for the {T} queries",
-                    "compute the scores of one tile of keys at a time, q @ k_tileᵀ of shape "
-                    "(..., T, block), and fold it into the running m, l and a: no scores or "
-                    "weights for all S keys at once")
+                    say("created a tensor of shape {shape}, more than one tile of {block} keys "
+                        "for the {T} queries", shape=shape, block=block, T=T),
+                    say("compute the scores of one tile of keys at a time, q @ k_tileᵀ of shape "
+                        "(..., T, block), and fold it into the running m, l and a: no scores or "
+                        "weights for all S keys at once"))
         return run
 
     def fixed_work() -> None:
@@ -162,19 +163,19 @@ def check_tiled_attention(tiled_attention: Callable[..., Tensor]) -> CheckResult
             return [torch.randn(2, T, 4, generator=g), torch.randn(2, 8, 4, generator=g),
                     torch.randn(2, 8, 4, generator=g), 4]
         _fixed_work(tiled_attention, inputs(6), inputs(12), ["q", "k", "v", "block"],
-                    "tile", ("6 queries, 8 keys in tiles of 4", "12 queries, 8 keys in tiles "
-                                                                "of 4"))
+                    "tile", (say("6 queries, 8 keys in tiles of 4"),
+                             say("12 queries, 8 keys in tiles of 4")))
 
     return _run("tiled_attention", tiled_attention, [
-        ("(B, H) = (2, 3), T = 5, S = 37 in tiles of 8: the last tile holds 5 keys",
+        (say("(B, H) = (2, 3), T = 5, S = 37 in tiles of 8: the last tile holds 5 keys"),
          case((2, 3), 5, 37, 8, 8, 8)),
-        ("one query against 20 keys in tiles of 6", case((3,), 1, 20, 16, 16, 6)),
-        ("values of another width: D = 12, Dv = 5, 30 keys in tiles of 8",
+        (say("one query against 20 keys in tiles of 6"), case((3,), 1, 20, 16, 16, 6)),
+        (say("values of another width: D = 12, Dv = 5, 30 keys in tiles of 8"),
          case((2,), 7, 30, 12, 5, 8)),
-        ("float64, T = 9, S = 40 in tiles of 16", case((2, 2), 9, 40, 6, 3, 16,
-                                                       dtype=torch.float64)),
-        ("a tile larger than the sequence: 6 keys in tiles of 16", case((1,), 4, 6, 8, 8, 16)),
-        ("q scaled by 30, scores over 100: nothing may overflow",
+        (say("float64, T = 9, S = 40 in tiles of 16"), case((2, 2), 9, 40, 6, 3, 16,
+                                                            dtype=torch.float64)),
+        (say("a tile larger than the sequence: 6 keys in tiles of 16"), case((1,), 4, 6, 8, 8, 16)),
+        (say("q scaled by 30, scores over 100: nothing may overflow"),
          case((2,), 6, 48, 8, 4, 16, spread=30.0)),
-        ("all the queries at once: the work does not grow with T", fixed_work),
+        (say("all the queries at once: the work does not grow with T"), fixed_work),
     ], rules=RULES["tiled_attention"])

@@ -26,6 +26,7 @@ from transformer_lib.checks._harness import (
     _known_mistakes,
     _run,
 )
+from transformer_lib.checks._messages import say
 from transformer_lib.ffn import SwiGLU
 
 #: What the student's code may call in each exercise: exercise function -> its
@@ -55,22 +56,22 @@ def _mla_bytes(n_layers: int, kv_lora_rank: int, qk_rope_head_dim: int, n_heads:
 
 
 _MLA_MISTAKES = [
-    (dict(latents=2), "the latent is cached once: keys and values are both rebuilt from the "
-                      "same c_kv, so it is not counted twice"),
-    (dict(latents=2, rope_heads=2), "the latent and the RoPE key are cached once each: "
-                                    "nothing is stored separately for the keys and values"),
-    (dict(rope_heads="n_heads"), "the RoPE key is one vector per token, shared by all heads, "
-                                 "not one per head"),
-    (dict(rope=False), "the cache also holds the RoPE key, qk_rope_head_dim numbers per token "
-                       "and layer, next to the latent"),
-    (dict(layers=False), "every layer has its own cache: multiply by n_layers"),
-    (dict(batch=False), "each of the batch_size sequences has its own cache"),
-    (dict(bits=True), "this counts bits: a value of this dtype takes "
-                      "torch.empty((), dtype=dtype).element_size() bytes"),
-    (dict(one_dtype="latent"), "the RoPE key has its own dtype, rope_dtype: count its bytes "
-                               "with that dtype's size, not the latent's"),
-    (dict(one_dtype="rope"), "the latent is stored in latent_dtype: count its bytes with "
-                             "that dtype's size, not the RoPE key's"),
+    (dict(latents=2), say("the latent is cached once: keys and values are both rebuilt from the "
+                          "same c_kv, so it is not counted twice")),
+    (dict(latents=2, rope_heads=2), say("the latent and the RoPE key are cached once each: "
+                                        "nothing is stored separately for the keys and values")),
+    (dict(rope_heads="n_heads"), say("the RoPE key is one vector per token, shared by all heads, "
+                                     "not one per head")),
+    (dict(rope=False), say("the cache also holds the RoPE key, qk_rope_head_dim numbers per token "
+                           "and layer, next to the latent")),
+    (dict(layers=False), say("every layer has its own cache: multiply by n_layers")),
+    (dict(batch=False), say("each of the batch_size sequences has its own cache")),
+    (dict(bits=True), say("this counts bits: a value of this dtype takes "
+                          "torch.empty((), dtype=dtype).element_size() bytes")),
+    (dict(one_dtype="latent"), say("the RoPE key has its own dtype, rope_dtype: count its bytes "
+                                   "with that dtype's size, not the latent's")),
+    (dict(one_dtype="rope"), say("the latent is stored in latent_dtype: count its bytes with "
+                                 "that dtype's size, not the RoPE key's")),
 ]
 
 
@@ -97,20 +98,20 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., int]) -> CheckResult:
             got = _call(mla_cache_bytes, list(args), names)
             want = _mla_bytes(*args)
             mistakes = _known_mistakes(_mla_bytes, args, names, _MLA_MISTAKES)
-            _compare_number(got, want, "the cache's bytes", rel_tol=0.0, mistakes=mistakes)
+            _compare_number(got, want, say("the cache's bytes"), rel_tol=0.0, mistakes=mistakes)
         return run
 
     bf16, f8 = torch.bfloat16, torch.float8_e4m3fn
     return _run("mla_cache_bytes", mla_cache_bytes, [
-        ("DeepSeek-V3's shape (61 layers, latent 512, RoPE key 64, 128 heads), one token, "
-         "bfloat16 throughout", case(61, 512, 64, 128, 1, 1, bf16, bf16)),
-        ("the same, latent in float8 and RoPE key in bfloat16",
+        (say("DeepSeek-V3's shape (61 layers, latent 512, RoPE key 64, 128 heads), one token, "
+             "bfloat16 throughout"), case(61, 512, 64, 128, 1, 1, bf16, bf16)),
+        (say("the same, latent in float8 and RoPE key in bfloat16"),
          case(61, 512, 64, 128, 1, 1, f8, bf16)),
-        ("a 27-layer model with 16 heads, 32,768 positions, batch 4, float16",
+        (say("a 27-layer model with 16 heads, 32,768 positions, batch 4, float16"),
          case(27, 512, 64, 16, 32768, 4, torch.float16, torch.float16)),
-        ("2 layers, latent 24 in float32, RoPE key 8 in float16, 4 heads, 10 positions, "
-         "batch 3", case(2, 24, 8, 4, 10, 3, torch.float32, torch.float16)),
-        ("DeepSeek-V3's shape, 4,096 positions, batch 8, float8 latent, bfloat16 RoPE key",
+        (say("2 layers, latent 24 in float32, RoPE key 8 in float16, 4 heads, 10 positions, "
+             "batch 3"), case(2, 24, 8, 4, 10, 3, torch.float32, torch.float16)),
+        (say("DeepSeek-V3's shape, 4,096 positions, batch 8, float8 latent, bfloat16 RoPE key"),
          case(61, 512, 64, 128, 4096, 8, f8, bf16)),
     ], rules=RULES["mla_cache_bytes"])
 
@@ -152,25 +153,25 @@ def _gated_chunk(S: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta
 
 
 _CHUNK_MISTAKES = [
-    (dict(solve=False), "w and u are not β k and β v: each also subtracts what the earlier "
-                        "tokens of the chunk wrote for its key; solve the unit "
-                        "lower-triangular system I + tril(diag(β)(K Kᵀ ⊙ Γ), −1)"),
-    (dict(gamma_in_system=False), "the decays enter the triangular system too: its entries "
-                                  "are β_t Γ_ts (k_s · k_t), not β_t (k_s · k_t)"),
-    (dict(gamma_on_keys=False), "w_t carries the decay from the chunk's start: the "
-                                "right-hand side for W is β_t γ_t k_t (for U it is β_t v_t)"),
-    (dict(beta_rows=False), "β_t scales row t of the system (the token being written), "
-                            "diag(β) on the left, not the columns"),
-    (dict(correct=False), "the values a chunk writes are corrected by what the starting "
-                          "state already returns: u_s − S₀ w_s"),
-    (dict(decay_read=False), "token t reads the starting state after it has decayed by "
-                             "γ_t = α_1⋯α_t: γ_t S₀ q_t"),
-    (dict(diagonal=False), "token t's own write counts for its output (o_t = S_t q_t): keep "
-                           "the diagonal of the causal mask"),
-    (dict(to_end=False), "a write at token s has decayed by γ_L / γ_s at the chunk's end: "
-                         "scale k_s by it in the new state"),
-    (dict(decay_state=False), "the starting state decays over the whole chunk: γ_L S₀ in "
-                              "the new state"),
+    (dict(solve=False), say("w and u are not β k and β v: each also subtracts what the earlier "
+                            "tokens of the chunk wrote for its key; solve the unit "
+                            "lower-triangular system I + tril(diag(β)(K Kᵀ ⊙ Γ), −1)")),
+    (dict(gamma_in_system=False), say("the decays enter the triangular system too: its entries "
+                                      "are β_t Γ_ts (k_s · k_t), not β_t (k_s · k_t)")),
+    (dict(gamma_on_keys=False), say("w_t carries the decay from the chunk's start: the "
+                                    "right-hand side for W is β_t γ_t k_t (for U it is β_t v_t)")),
+    (dict(beta_rows=False), say("β_t scales row t of the system (the token being written), "
+                                "diag(β) on the left, not the columns")),
+    (dict(correct=False), say("the values a chunk writes are corrected by what the starting "
+                              "state already returns: u_s − S₀ w_s")),
+    (dict(decay_read=False), say("token t reads the starting state after it has decayed by "
+                                 "γ_t = α_1⋯α_t: γ_t S₀ q_t")),
+    (dict(diagonal=False), say("token t's own write counts for its output (o_t = S_t q_t): keep "
+                               "the diagonal of the causal mask")),
+    (dict(to_end=False), say("a write at token s has decayed by γ_L / γ_s at the chunk's end: "
+                             "scale k_s by it in the new state")),
+    (dict(decay_state=False), say("the starting state decays over the whole chunk: γ_L S₀ in "
+                                  "the new state")),
 ]
 
 
@@ -207,17 +208,17 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
 
         def run() -> None:
             got = _items(_call(gated_delta_chunk, args, ["S", "q", "k", "v", "alpha", "beta"],
-                               ), 2, "the pair (out, S_new)")
+                               ), 2, say("the pair (out, S_new)"))
             want = _gated_chunk(*args)
             wrongs = [(_gated_chunk(*args, **kwargs), hint) for kwargs, hint in _CHUNK_MISTAKES]
-            _compare(got[0], want[0], "out", letters="(B, H, L, Dv)",
-                     axes=("batch", "head", "token", "value channel"), atol=1e-9, rtol=1e-9,
+            _compare(got[0], want[0], "out", letters=say("(B, H, L, Dv)"),
+                     axes=("batch", "head", "token", say("value channel")), atol=1e-9, rtol=1e-9,
                      mistakes=[(w[0], hint) for w, hint in wrongs])
-            _compare(got[1], want[1], "S_new", letters="(B, H, Dv, Dk)",
-                     axes=("batch", "head", "value channel", "key channel"), atol=1e-9,
+            _compare(got[1], want[1], "S_new", letters=say("(B, H, Dv, Dk)"),
+                     axes=("batch", "head", say("value channel"), say("key channel")), atol=1e-9,
                      rtol=1e-9, mistakes=[(w[1], hint) for w, hint in wrongs],
-                     shape_hints={(B, H, Dk, Dv): "the state maps keys to values: keep it "
-                                                  "(Dv, Dk)"})
+                     shape_hints={(B, H, Dk, Dv): say("the state maps keys to values: keep it "
+                                                      "(Dv, Dk)")})
         return run
 
     def fixed_work() -> None:
@@ -231,16 +232,16 @@ def check_gated_delta_chunk(gated_delta_chunk: Callable[..., tuple]) -> CheckRes
                     0.1 + 0.8 * torch.rand(1, 2, L, generator=g, dtype=dtype)]
         _fixed_work(gated_delta_chunk, inputs(6), inputs(12),
                     ["S", "q", "k", "v", "alpha", "beta"], "chunk",
-                    ("a chunk of 6 tokens", "a chunk of 12 tokens"))
+                    (say("a chunk of 6 tokens"), say("a chunk of 12 tokens")))
 
     return _run("gated_delta_chunk", gated_delta_chunk, [
-        ("batch 2, 3 heads, a chunk of 8 tokens, Dk 6, Dv 5, a random starting state",
+        (say("batch 2, 3 heads, a chunk of 8 tokens, Dk 6, Dv 5, a random starting state"),
          case(2, 3, 8, 6, 5)),
-        ("one head, 16 tokens (more than Dk = 4), Dv 3", case(1, 1, 16, 4, 3)),
-        ("α = 1 (DeltaNet), 6 tokens, from a zero state", case(2, 2, 6, 5, 5, zero_state=True,
-                                                               alpha_one=True)),
-        ("a chunk of one token", case(1, 2, 1, 4, 4)),
-        ("the work does not grow with the length of the chunk", fixed_work),
+        (say("one head, 16 tokens (more than Dk = 4), Dv 3"), case(1, 1, 16, 4, 3)),
+        (say("α = 1 (DeltaNet), 6 tokens, from a zero state"),
+         case(2, 2, 6, 5, 5, zero_state=True, alpha_one=True)),
+        (say("a chunk of one token"), case(1, 2, 1, 4, 4)),
+        (say("the work does not grow with the length of the chunk"), fixed_work),
     ], rules=RULES["gated_delta_chunk"])
 
 
@@ -286,15 +287,17 @@ def _moe(x: Tensor, router: nn.Linear, experts, top_k: int, *, renormalise: bool
 
 
 _MOE_MISTAKES = [
-    (dict(renormalise=False), "renormalise the k chosen probabilities so that each token's "
-                              "gates sum to 1: divide them by their sum"),
-    (dict(k_used=1), "each token goes to its top_k experts, not only to the most probable one"),
-    (dict(per_token=True), "f_e counts the N·top_k routing slots: divide the counts by "
-                           "N·top_k, not by N"),
-    (dict(p_from_gates=True), "P_e is the mean router probability of expert e over all "
-                              "tokens, from the softmax over every expert, not from the gates"),
-    (dict(factor=False), "the loss is n_experts · Σ f_e P_e: 1 for a perfectly balanced "
-                         "router"),
+    (dict(renormalise=False), say("renormalise the k chosen probabilities so that each token's "
+                                  "gates sum to 1: divide them by their sum")),
+    (dict(k_used=1),
+     say("each token goes to its top_k experts, not only to the most probable one")),
+    (dict(per_token=True), say("f_e counts the N·top_k routing slots: divide the counts by "
+                               "N·top_k, not by N")),
+    (dict(p_from_gates=True),
+     say("P_e is the mean router probability of expert e over all tokens, from the softmax over "
+         "every expert, not from the gates")),
+    (dict(factor=False), say("the loss is n_experts · Σ f_e P_e: 1 for a perfectly balanced "
+                             "router")),
 ]
 
 
@@ -338,23 +341,24 @@ def check_moe_forward(moe_forward: Callable[..., tuple]) -> CheckResult:
                 want = _moe(x, router, experts, top_k)
                 wrongs = [(_moe(x, router, experts, top_k, **kw), hint)
                           for kw, hint in _MOE_MISTAKES]
-            out, loss = _items(got, 2, "the pair (out, balance_loss)")
-            _compare(out, want[0], "out", letters="(N, C)", axes=("token", "channel"),
+            out, loss = _items(got, 2, say("the pair (out, balance_loss)"))
+            _compare(out, want[0], "out", letters=say("(N, C)"), axes=("token", "channel"),
                      mistakes=[(w[0], hint) for w, hint in wrongs])
-            _compare_number(loss, want[1].item(), "the balance loss", rel_tol=1e-5,
+            _compare_number(loss, want[1].item(), say("the balance loss"), rel_tol=1e-5,
                             mistakes=[(w[1].item(), hint) for w, hint in wrongs
                                       if abs(w[1].item() - want[1].item()) > 1e-6])
             if rows != N * top_k:
-                raise _Failure(f"the experts ran on {rows} token rows in all, for {N} tokens "
-                               f"with top_k = {top_k}: expected {N * top_k}",
-                               "run each expert only on the tokens routed to it (gather them "
-                               "with an index), not on every token: that is what keeps the "
-                               "compute per token at top_k experts")
+                raise _Failure(say("the experts ran on {rows} token rows in all, for {N} tokens "
+                                   "with top_k = {top_k}: expected {expected}", rows=rows, N=N,
+                                   top_k=top_k, expected=N * top_k),
+                               say("run each expert only on the tokens routed to it (gather them "
+                                   "with an index), not on every token: that is what keeps the "
+                                   "compute per token at top_k experts"))
         return run
 
     return _run("moe_forward", moe_forward, [
-        ("12 tokens, 4 experts, top 2", case(12, 8, 4, 2)),
-        ("20 tokens, 8 experts, top 1 (each gate is 1)", case(20, 6, 8, 1)),
-        ("9 tokens, 6 experts, top 3", case(9, 8, 6, 3)),
-        ("a single token, 5 experts, top 2", case(1, 4, 5, 2)),
+        (say("12 tokens, 4 experts, top 2"), case(12, 8, 4, 2)),
+        (say("20 tokens, 8 experts, top 1 (each gate is 1)"), case(20, 6, 8, 1)),
+        (say("9 tokens, 6 experts, top 3"), case(9, 8, 6, 3)),
+        (say("a single token, 5 experts, top 2"), case(1, 4, 5, 2)),
     ], rules=RULES["moe_forward"])
