@@ -6,6 +6,8 @@ A message is written once, as an English template with named placeholders
 is the key of a translation: :data:`CATALOG` maps an English template to the same message in
 another language, with the same placeholders, so an edition in another language adds a
 catalog and changes no checker. With the catalog empty, as here, a checker speaks English.
+Some checkers build their tables of known mistakes when they are imported, so a catalog is
+put in place before ``transformer_lib.checks`` is first imported.
 
 The rules that keep the templates extractable (``tests/test_messages.py`` enforces them): the
 first argument of ``say`` is a string literal, never a variable or an f-string; its
