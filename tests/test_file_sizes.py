@@ -10,6 +10,9 @@ LONGER = {
     # Their docstrings are the API reference (Args and Returns with shapes for every name).
     "attention.py": "the three attention entries, the layer and their documented arguments",
     "text.py": "the text model's data, training loop and documented bundled results",
+    # One float64 reference decoder, read top to bottom, and the three checkers built on it.
+    "checks/ch06_decoder_pieces.py": "the reference decoder and its SwiGLU, block and logits "
+                                     "checkers, each building on the one before",
 }
 
 
