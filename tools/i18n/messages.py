@@ -107,15 +107,50 @@ def extract(out: Path = GETTEXT) -> Path:
 
 def update(templates: Path, language: Language) -> None:
     """Merge the templates into a language's catalogs (``sphinx-intl update``), creating
-    them on the language's first update.
+    them on the language's first update. A paragraph that moved to another page (a page
+    split in two, a section moved) keeps its translation: every catalog's finished
+    translations, read before the merge, serve as a compendium for the messages the merge
+    left untranslated or fuzzy, when the English is exactly the same.
 
     Args:
         templates: the folder ``extract`` returned.
         language: a translated edition's language.
     """
+    known = _translations(language.catalogs)
     subprocess.run([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
                     "-l", language.code, "-d", str(LOCALES), "-w", "0", "-j", "1"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    paths = sorted(language.catalogs.rglob("*.po"))
+    held = {}
+    for path in paths:
+        with path.open("rb") as f:
+            held[path] = read_po(f)
+    live = {message.id for catalog in held.values() for message in catalog if message.id}
+    for path, catalog in held.items():
+        filled = 0
+        for message in catalog:
+            if message.id and message.id in known and (not message.string or message.fuzzy):
+                message.string = known[message.id]
+                message.flags.discard("fuzzy")
+                message.previous_id = []
+                filled += 1
+        moved = [key for key in catalog.obsolete if key in live]  # now on another page
+        for key in moved:
+            del catalog.obsolete[key]
+        if filled or moved:
+            with path.open("wb") as f:
+                write_po(f, catalog, width=0, omit_header=False)
+
+
+def _translations(catalogs: Path) -> dict[str, str]:
+    """Every finished translation (not fuzzy) of the catalogs in a folder, by English text."""
+    found = {}
+    for path in sorted(catalogs.rglob("*.po")):
+        with path.open("rb") as f:
+            for message in read_po(f):
+                if message.id and message.string and not message.fuzzy:
+                    found.setdefault(message.id, message.string)
+    return found
 
 
 def _i18n_widgets():
