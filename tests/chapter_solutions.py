@@ -99,13 +99,15 @@ def chapter_exercises() -> dict[str, list[make_student.Exercise]]:
 
 
 def references(chapter: str, *functions: str) -> tuple[Callable, ...]:
-    """The reference solutions named ``functions`` of chapter ``chapter``, in that order."""
-    namespace = chapter_namespace(chapter)
-    written = {e.function for e in chapter_exercises().get(chapter, [])}
-    unknown = [name for name in functions if name not in written]
+    """The reference solutions named ``functions`` of chapter ``chapter``, in that order,
+    from whichever of the chapter's pages asks for each (``04_normalisation`` names chapter
+    4, whose exercises are on ``04_normalisation`` and ``04b_training_recipe``)."""
+    home = {e.function: page for page, listed in chapter_exercises().items()
+            if page[:2] == chapter[:2] for e in listed}
+    unknown = [name for name in functions if name not in home]
     if unknown:
-        raise ValueError(f"chapter {chapter!r} has no exercise {unknown}; it has {sorted(written)}")
-    return tuple(namespace[name] for name in functions)
+        raise ValueError(f"chapter {chapter!r} has no exercise {unknown}; it has {sorted(home)}")
+    return tuple(chapter_namespace(home[name])[name] for name in functions)
 
 
 def _by_checker() -> dict[str, Callable]:
