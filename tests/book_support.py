@@ -49,6 +49,19 @@ def toc_docnames() -> list[str]:
     return names
 
 
+def chapter_pages() -> dict[str, list[str]]:
+    """Each chapter's pages, as file stems: the chapter's own page first, then the pages the
+    table of contents lists under it (``04_normalisation``: ``04b_training_recipe``)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    found = {}
+    for part in toc.get("parts", []):
+        for entry in part.get("chapters") or []:
+            if entry.get("file", "").startswith("chapters/"):
+                stems = [entry["file"], *(s["file"] for s in entry.get("sections") or [])]
+                found[stems[0].split("/")[-1]] = [s.split("/")[-1] for s in stems]
+    return found
+
+
 def source_of(docname: str) -> Path:
     """The file a page is built from (``.ipynb`` or ``.md``)."""
     for suffix in (".ipynb", ".md"):

@@ -410,11 +410,11 @@ def test_translated_notebooks_keep_the_code_and_metadata_of_the_english_ones(lan
 
 
 def test_student_copy_exercise_headings_are_translated():
-    english = ROOT / "exercises" / "04_normalisation.ipynb"
-    text = notebooks.translated_notebook(english, "chapters/04_normalisation", CHINESE)
+    english = ROOT / "exercises" / "04b_training_recipe.ipynb"
+    text = notebooks.translated_notebook(english, "chapters/04b_training_recipe", CHINESE)
     assert "**Exercise " not in text
     assert re.search(r"\*\*练习 1（核心：[^）]+）\*\*", text)  # the core exercise built inline
-    assert re.search(r"\*\*练习 4（热身：[^）]+）\*\*", text)  # the first of the page's end
+    assert re.search(r"\*\*练习 2（热身：[^）]+）\*\*", text)  # the first of the page's end
 
 
 def test_exercise_headings_stay_english_in_a_language_without_their_words():

@@ -9,8 +9,8 @@ Prose is the Markdown cells' words, directives (exercises, admonitions, answers)
 code blocks, display math and directive options left out; a word is a run of letters (inline
 math's letters count, as a reader reads them). Visible code is the lines of code cells a
 reader sees (cells tagged ``remove-cell`` or ``remove-input`` are not shown). The opening is
-the "After this page you can" list (or "this chapter"); a self-check is a question under "## Self-check"; an
-exercise is an ``{exercise}`` directive, named by its label.
+the "After this page you can" list (or "this chapter"); a self-check is a question under
+"## Self-check"; an exercise is an ``{exercise}`` directive, named by its label.
 """
 from __future__ import annotations
 
