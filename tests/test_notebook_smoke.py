@@ -100,7 +100,7 @@ def test_the_book_has_explorers_and_they_are_in_the_smoke_subset():
     chapters = {name: pages for name, pages in chapter_pages().items() if name != "00_setup"}
     assert len(chapters) == 9, chapters  # each chapter has one, on one of its pages
     assert all(any(found[page] for page in pages) for pages in chapters.values()), found
-    chapter_2 = nbformat.read(ROOT / "chapters" / "02_qkv_roles.ipynb", as_version=4)
+    chapter_2 = nbformat.read(ROOT / "chapters" / "02b_encoder_decoder.ipynb", as_version=4)
     trains = [i for i in smoke_cells(chapter_2)
               if "train_reversal(" in chapter_2.cells[i].source]
     assert trains, "the explorer's model is trained in the smoke subset of chapter 2"
