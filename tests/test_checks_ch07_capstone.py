@@ -14,8 +14,8 @@ from transformer_lib.decoder import Decoder, DecoderConfig
 from chapter_solutions import chapter_namespace, references
 from conftest import mistake_tests
 
-CapstoneLM, train_lm = references("07b_capstone", "CapstoneLM", "train_lm")
-decoder_logits = chapter_namespace("07b_capstone")["decoder_logits"]
+CapstoneLM, train_lm = references("07d_capstone", "CapstoneLM", "train_lm")
+decoder_logits = chapter_namespace("07d_capstone")["decoder_logits"]
 
 CONFIGS = [
     dict(n_layers=2, n_kv_heads=2, rope_theta=500.0, norm_eps=1e-2),

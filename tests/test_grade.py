@@ -257,7 +257,7 @@ def test_exercises_are_found_by_their_ids_wherever_the_book_has_them(tmp_path):
     columns are those ids."""
     import nbformat
     known = grade.chapters()
-    attention, capstone = known["01_attention"], known["07b_capstone"]
+    attention, capstone = known["01_attention"], known["07d_capstone"]
     nb = nbformat.v4.new_notebook(metadata={"transformer_lib": {
         "chapter": "an_old_page", "exercises": [
             attention.exercise_id("masked_softmax"), capstone.exercise_id("train_lm"),

@@ -13,7 +13,7 @@ from notebook_imports import import_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))  # the capstone, 07b, aside
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))  # the capstone, 07d, aside
 
 
 def _text() -> str:

@@ -741,7 +741,7 @@ def test_book_numbers_the_exercises_and_folds_the_solutions(chapter):
     nb = _read(chapter)
     n = "\n".join(c.source for c in nb.cells).count("{exercise}")
     # "Exercise 3", or "Exercise 2.3" in a numbered chapter; a page under a chapter (the
-    # capstone, 07b) goes on counting its chapter's exercises.
+    # capstone, 07d, and the later pages of a split chapter) goes on counting its chapter's exercises.
     numbers = [int(i) for i in re.findall(
         r'<span class="caption-number">Exercise (?:[\d.]+\.)?(\d+) </span>', page)]
     first = 1 if re.fullmatch(r"\d\d_\D.*", chapter.stem) else (numbers or [1])[0]
@@ -817,9 +817,9 @@ def test_the_capstone_pastes_each_piece_as_its_chapter_wrote_it():
     book shows; and every function the capstone's solutions call by a piece's name is one."""
     from chapter_solutions import _notebook, chapter_exercises
     written = {e.function: _notebook(chapter).cells[e.cell].source
-               for chapter, listed in chapter_exercises().items() if chapter != "07b_capstone"
+               for chapter, listed in chapter_exercises().items() if chapter != "07d_capstone"
                for e in listed}
-    capstone = _read(CHAPTERS / "07b_capstone.ipynb")
+    capstone = _read(CHAPTERS / "07d_capstone.ipynb")
     pasted = {}
     for cell in capstone.cells:
         if make_student.PASTE_TAG in _tags(cell):

@@ -1,4 +1,4 @@
-"""Checkers for the capstone (``chapters/07b_capstone.ipynb``): the student's own pieces
+"""Checkers for the capstone (``chapters/07d_capstone.ipynb``): the student's own pieces
 assembled into a decoder-only language model, and the loop that trains it.
 
 While the student's model is built, run and trained here, the whole library is refused
