@@ -42,7 +42,7 @@ grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=folder [JOBS=n] [TIMEOUT=seconds] [OUT=gradebook.csv]"; exit 2)
 	@$(PY) tools/grade.py "$(SUBMISSIONS)" --out "$(or $(OUT),gradebook.csv)" $(if $(JOBS),--jobs $(JOBS)) $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
-# Gradescope autograders, one zip per chapter, grading with the same engine: make gradescope
+# Gradescope autograders, one zip per page, grading with the same engine: make gradescope
 # [CHAPTERS="01 03"] [OUT=dist/gradescope] (every chapter with exercises unless CHAPTERS is
 # set; points, time limit and who sees what: `tools/gradescope.py --help`).
 gradescope: $(STAMP)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import page_stats
 import pytest
 
 import build_book
-from book_support import ROOT
+from book_support import ROOT, chapter_pages
 
 ESC = "\x1b"
 
@@ -209,3 +210,20 @@ def test_the_grader_runs_a_notebook_again_when_its_grading_cell_did_not_run(monk
                         lambda *args: (calls.append(1), grade.Run(grade.Status.TIME_LIMIT))[1])
     assert grade._run_with_retry("nb.ipynb", None, 10, ROOT, []).status is grade.Status.TIME_LIMIT
     assert len(calls) == 1  # a time limit is the notebook's own: not run again
+
+
+def test_page_stats_counts_prose_and_leaves_code_and_math_out():
+    markdown = ("## A section\n\nTwo words.\n\n```python\nx = many + words + here\n```\n\n"
+                "$$\na + b\n$$\n\n```{exercise} Core: three more\n:label: x-ex-y\n\nFour more words here.\n```")
+    # "A section", "Two words", the exercise's title and its text: 2 + 2 + 3 + 4
+    assert page_stats.prose_words(markdown) == 11
+
+
+@pytest.mark.parametrize("stem", [p for pages in chapter_pages().values() for p in pages
+                                  if p not in page_stats.WHOLE])
+def test_every_page_is_one_sitting_with_its_own_opening(stem):
+    """A page's prose stays near 4,500 words (a little slack for an edit), and it opens with
+    what the reader will be able to do."""
+    page = page_stats.measure(ROOT / "chapters" / f"{stem}.ipynb")
+    assert page.words <= 4800, f"{stem}: {page.words} words; split it (CONTRIBUTING.md)"
+    assert page.opening, f"{stem} has no 'After this page you can' list"

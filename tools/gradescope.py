@@ -1,4 +1,4 @@
-"""Gradescope autograders: one zip per chapter, grading with the same engine as ``make grade``.
+"""Gradescope autograders: one zip per page, grading with the same engine as ``make grade``.
 
     python tools/gradescope.py CHAPTER... --out DIR [--points NAME=N ...] [--timeout SECONDS]
                                [--hide-tests-until-due]
@@ -34,6 +34,7 @@ import re
 import sys
 import zipfile
 from pathlib import Path
+from string import ascii_lowercase
 
 import nbformat
 
@@ -55,7 +56,9 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed timestamp: the same bytes every tim
 
 
 def resolve(name: str, known: dict[str, grade.Chapter]) -> list[str]:
-    """The chapter ids that ``name`` (an id, a number, a notebook's path or ``all``) means.
+    """The chapter ids that ``name`` (an id, a number, a notebook's path or ``all``) means:
+    a number means every page of that chapter (``4``: ``04_normalisation`` and
+    ``04b_training_recipe``), one autograder each.
 
     Raises:
         ValueError: no chapter with exercises matches ``name``."""
@@ -63,7 +66,8 @@ def resolve(name: str, known: dict[str, grade.Chapter]) -> list[str]:
         return list(known)
     stem = Path(name).stem if name.endswith(".ipynb") else name
     if stem.isdigit():
-        found = [cid for cid in known if cid.split("_")[0] == f"{int(stem):02d}"]
+        found = [cid for cid in known if cid.split("_")[0].rstrip(ascii_lowercase)
+                 == f"{int(stem):02d}"]
     else:
         found = [stem] if stem in known else []
     if not found:

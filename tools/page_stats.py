@@ -29,7 +29,7 @@ WHOLE = ("00_setup",)  # pages that stay one page whatever their length
 _CODE_FENCE = re.compile(r"^(`{3,}|~{3,})(?!\{)[^\n]*\n.*?^\1\s*$", re.M | re.S)
 _DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.S)
 _OPTION = re.compile(r"^:[\w-]+:.*$", re.M)
-_DIRECTIVE_LINE = re.compile(r"^(`{3,}|~{3,})\{?[\w-]*\}?.*$", re.M)
+_DIRECTIVE_FENCE = re.compile(r"^(`{3,}|~{3,})(\{[\w-]+\})?", re.M)  # the title after it is prose
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 _LABEL = re.compile(r"```\{exercise\}[^\n]*\n:label: ([\w-]+)")
 _QUESTION = re.compile(r"^\*\*\d+\.\*\*", re.M)
@@ -42,7 +42,7 @@ def prose_words(markdown: str) -> int:
     text = _CODE_FENCE.sub("", markdown)
     text = _DISPLAY_MATH.sub("", text)
     text = _OPTION.sub("", text)
-    text = _DIRECTIVE_LINE.sub("", text)
+    text = _DIRECTIVE_FENCE.sub("", text)
     return len(_WORD.findall(text))
 
 
