@@ -81,7 +81,7 @@ def test_the_chapters_with_an_optional_package_are_found():
     """Their fallback branches run in Binder's environment; the search must find the known
     ones, and in each the cells that take the fallback branch."""
     optional = {p.name for p in CHAPTERS if needs_optional_package(p)}
-    assert {"06b_testing_and_sampling.ipynb", "08_fast_attention.ipynb"} <= optional
+    assert {"06b_testing_and_sampling.ipynb", "08b_measuring_fast_attention.ipynb"} <= optional
     assert "01_attention.ipynb" not in optional
     for chapter in CHAPTERS:
         cells = optional_cells(nbformat.read(chapter, as_version=4))

@@ -61,12 +61,14 @@ def _read(path: Path, name: str) -> str:
         return archive.read(name).decode("utf-8")
 
 
-def test_a_zip_per_chapter_with_the_specifications_layout(tmp_path, capsys):
+def test_a_zip_per_page_with_the_specifications_layout(tmp_path, capsys):
+    """A chapter's number means all of its pages; a page's id means that page."""
     assert gradescope.main(["01", "2", "03_multi_head", "01_attention", "--out",
                             str(tmp_path)]) == 0
     zips = sorted(tmp_path.glob("*.zip"))
     assert [z.name for z in zips] == [f"{c}-autograder.zip" for c in
-                                      ("01_attention", "02_qkv_roles", "03_multi_head")]
+                                      ("01_attention", "01b_masks_and_cost", "02_qkv_roles",
+                                       "02b_encoder_decoder", "03_multi_head")]
     expected = []
     for z in zips:
         chapter = z.name.removesuffix("-autograder.zip")
@@ -86,13 +88,15 @@ def test_a_zip_per_chapter_with_the_specifications_layout(tmp_path, capsys):
 
 def test_the_assignment_lists_the_chapters_exercises_and_their_points(tmp_path):
     known = grade.chapters()
-    for chapter in ("01_attention", "02_qkv_roles", "03_multi_head"):
+    seen = set()
+    for chapter in ("01_attention", "01b_masks_and_cost", "02_qkv_roles", "03_multi_head"):
         spec = json.loads(_read(gradescope.build(chapter, tmp_path, known),
                                 "grader/assignment.json"))
         assert [(e["function"], e["checker"]) for e in spec["exercises"]] == \
             known[chapter].exercises
         levels = [e["level"] for e in spec["exercises"]]
-        assert {"Warm-up", "Core", "Challenge"} <= set(levels) <= set(gradescope.POINTS)
+        assert set(levels) <= set(gradescope.POINTS)
+        seen |= set(levels)
         assert [e["points"] for e in spec["exercises"]] == [gradescope.POINTS[v] for v in levels]
         assert all(e["name"].startswith(f"{e['level']}: ") and
                    e["name"].endswith(f"({e['function']})") for e in spec["exercises"])
@@ -100,6 +104,7 @@ def test_the_assignment_lists_the_chapters_exercises_and_their_points(tmp_path):
         assert set(spec["chapters"]) == set(known) and spec["version"] == project_version()
         assert spec["timeout"] == gradescope.DEFAULT_TIMEOUT
         assert spec["test_visibility"] == "visible"
+    assert seen == {"Warm-up", "Core", "Challenge"}
 
 
 def test_points_and_who_sees_the_tests_are_settings(tmp_path, capsys):

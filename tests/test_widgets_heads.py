@@ -25,7 +25,7 @@ from transformer_lib.widgets.heads import _heads_frames
 pytestmark = pytest.mark.figures
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = ROOT / "chapters" / "03_multi_head.ipynb"
+CHAPTER = ROOT / "chapters" / "03b_what_heads_learn.ipynb"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HEADS, N_EXAMPLES = (1, 2, 4, 8), 6  # the defaults
 
