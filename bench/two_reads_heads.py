@@ -11,8 +11,10 @@ here; the chapter trains 1 and 4 heads live, this script also 2 and 8. For each 
 it keeps the accuracies on the chapter's 2,000 test sequences, each head's mean weight at
 the query on the asked pair and on the position before, and, for a few test sequences whose
 asked pair is not the one before the query, each head's weights at the query and the two
-predictions. ``transformer_lib.widgets.heads_explorer`` draws them. A few seconds of
-processor time on one thread.
+predictions. ``transformer_lib.widgets.heads_explorer`` draws them. It also trains the
+one-head layer for 1,000 and 10,000 steps, 5 and 50 times the chapter's budget, and keeps its
+accuracies: does a longer run find the second read? About a minute of processor time on one
+thread, nearly all of it the long runs.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ OUT = Path(__file__).resolve().parents[1] / "transformer_lib" / "data" / TWO_REA
 HEADS = (1, 2, 4, 8)
 C, STEPS, SEED = 32, 200, 0
 N_TEST, TEST_SEED, N_EXAMPLES = 2000, 1234, 8
+LONG_STEPS = (1_000, 10_000)  # the one-head layer, trained 5 and 50 times longer
 N_KEYS, N_VALUES = 16, 16  # possible keys, possible values
 T_R = 8  # positions: 7 stored pairs, then the query
 EMPTY = N_VALUES  # the query's value slot
@@ -135,6 +138,12 @@ def main() -> int:
         r = results[-1]["accuracy"]
         print(f"{n_heads} heads: value under key {r['match']:.3f}, value before "
               f"{r['prev']:.3f}, both {r['both']:.3f}")
+    long_runs = []
+    for steps in LONG_STEPS:
+        r = measure(train_two_reads(1, steps=steps), test, shown)["accuracy"]
+        long_runs.append({"n_heads": 1, "steps": steps, "accuracy": r})
+        print(f"1 head, {steps:,} steps: value under key {r['match']:.3f}, value before "
+              f"{r['prev']:.3f}")
     seconds = time.process_time() - start
     sweep = {
         "description": "Chapter 3's two-reads task (7 key-value pairs, then a query that "
@@ -142,7 +151,8 @@ def main() -> int:
                        "heads: accuracies on 2,000 test sequences, each head's mean weight at "
                        "the query on the asked pair and on the position before (sequences "
                        "where they differ), and the weights at the query and the predictions "
-                       "for the first test sequences where they differ.",
+                       "for the first test sequences where they differ; and the one-head "
+                       "layer's accuracies after 1,000 and 10,000 steps (long_runs).",
         "settings": {"C": C, "steps": STEPS, "batch": 128, "lr": 3e-3, "seed": SEED,
                      "heads": list(HEADS), "n_test": N_TEST, "test_seed": TEST_SEED,
                      "n_keys": N_KEYS, "n_values": N_VALUES, "positions": T_R},
@@ -150,6 +160,7 @@ def main() -> int:
                      "values": values[shown].tolist(), "asked": asked[shown].tolist(),
                      "match": y_match[shown].tolist(), "prev": y_prev[shown].tolist()},
         "results": results,
+        "long_runs": long_runs,
         "command": "python bench/two_reads_heads.py",
         "cpu_seconds": round(seconds, 1),
         "machine": f"{platform.machine()} CPU ({os.cpu_count()} cores), 1 thread, "
