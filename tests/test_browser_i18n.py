@@ -25,9 +25,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.book]
 SCRIPTED = [language for language in languages.translations() if language.script]
 # A word of the course in each language with bigram search, and the page it must find.
 QUERIES = {"zh_CN": ("注意力", "chapters/01_attention.html")}
-# Chapter 2: the explorer with a live part (text box, button, accordion); 5: RoPE's rotations;
-# 7: the largest widget state; with the introduction and the glossary (a table in two fonts).
-SAMPLE = ["intro", "chapters/02_qkv_roles", "chapters/05_positional", "chapters/07_kv_cache",
+# Chapter 2 (its second page): the explorer with a live part (text box, button, accordion);
+# 5: RoPE's rotations; 7 (its second page): the largest widget state; with the introduction and the glossary (a table in two fonts).
+SAMPLE = ["intro", "chapters/02b_encoder_decoder", "chapters/05_positional", "chapters/07b_serving",
           "appendix/glossary"]
 
 # The width of every element whose own text has a letter of the script (LETTERS), as laid
