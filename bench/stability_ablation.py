@@ -11,8 +11,8 @@ programs on a busy machine do not inflate. The options default to ``stability_ab
 defaults.
 
     python bench/stability_ablation.py                 # the sweep shipped with the library
-    python bench/stability_ablation.py --depths 4 --lr-scale 0.1 \
-        --out transformer_lib/data/stability_lower_rate.json   # 4 layers at a quarter the rate
+    python bench/stability_ablation.py --depths 4 --lr-scale 0.1 --steps 1200 \
+        --out transformer_lib/data/stability_lower_rate.json   # 4 layers, a quarter the rate
     python bench/stability_ablation.py --depths 2 --seeds 1 --out /tmp/small.json
 """
 from __future__ import annotations

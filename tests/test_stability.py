@@ -193,3 +193,9 @@ def test_run_label_and_a_sweep_of_one_placement():
     with pytest.raises(ValueError, match=r"norms must be a non-empty subset of \('post', "
                                          r"'pre'\), got \['both'\]"):
         stability_ablation([1], [0], norms=["both"])
+    one = stability_ablation([1], [0], steps=2, batch_size=4, every=1, eval_n=4,
+                             norms=["post"], schedules=["no-warmup"])
+    assert [(r["norm"], r["schedule"]) for r in one["runs"]] == [("post", "no-warmup")]
+    assert one["runs"][0]["loss"] == result["runs"][1]["loss"]  # the same run, alone
+    with pytest.raises(ValueError, match=r"schedules must be a non-empty subset"):
+        stability_ablation([1], [0], schedules=[])

@@ -75,6 +75,7 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
                        steps: int = 300, batch_size: int = 64,
                        warmup: int = _TRAIN["warmup"], lr_scale: float = _TRAIN["lr_scale"],
                        every: int = 5, eval_n: int = 500, norms: Iterable[str] = NORM_PLACEMENTS,
+                       schedules: Iterable[str] = SCHEDULES,
                        log: Callable[[str], None] | None = None) -> dict:
     """Train the reversal model for every depth × norm placement × schedule × seed.
 
@@ -93,6 +94,8 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
             its largest gradient norm).
         eval_n: fresh sequences greedy-decoded at the end (``evaluate_reversal``).
         norms: the placements to run, a subset of :data:`NORM_PLACEMENTS` (``"post"``, ``"pre"``).
+        schedules: the schedules to run, a subset of ``tasks.SCHEDULES`` (``"noam"``,
+            ``"no-warmup"``).
         log: called with one line per finished run (e.g. ``print``), or None.
 
     Returns:
@@ -114,6 +117,10 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
     norms = list(norms)
     if not norms or any(norm not in NORM_PLACEMENTS for norm in norms):
         raise ValueError(f"norms must be a non-empty subset of {NORM_PLACEMENTS}, got {norms}")
+    schedules = list(schedules)
+    if not schedules or any(schedule not in SCHEDULES for schedule in schedules):
+        raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, "
+                         f"got {schedules}")
     base = reversal_config()
     settings = dict(depths=depths, seeds=seeds, steps=steps, batch_size=batch_size,
                     warmup=warmup, lr_scale=lr_scale, every=every, eval_n=eval_n,
@@ -126,7 +133,7 @@ def stability_ablation(depths: Iterable[int] = (2, 4, 6), seeds: Iterable[int] =
         for norm in (n for n in NORM_PLACEMENTS if n in norms):
             pre = norm == "pre"
             config = reversal_config(n_layers=depth, norm_first=pre, final_norm=pre)
-            for schedule in SCHEDULES:
+            for schedule in (s for s in SCHEDULES if s in schedules):
                 for seed in seeds:
                     run = _one_run(config, depth=depth, norm=norm, schedule=schedule, seed=seed,
                                    every=every, eval_n=eval_n, steps=steps,
