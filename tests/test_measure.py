@@ -60,7 +60,8 @@ def test_naive_attention_holds_the_score_matrix_and_tiled_attention_does_not(att
 @linux_only
 def test_memory_of_naive_attention_grows_with_the_square_of_the_length(attention_rises):
     naive = attention_rises["naive"]
-    assert 3.0 < naive[2048].rise / naive[1024].rise < 5.0
+    # Linear growth would double; a fixed overhead weighs more at the shorter length.
+    assert 2.5 < naive[2048].rise / naive[1024].rise < 5.0
     assert 3.5 < naive[4096].rise / naive[2048].rise < 4.5
 
 

@@ -390,7 +390,7 @@ def test_student_copy_has_stubs_and_plain_checks(chapter):
     assert numbers == [str(i + 1) for i in range(n_exercises)]
 
 
-@pytest.mark.parametrize("chapter", CHAPTER_PATHS, ids=_ids(CHAPTER_PATHS))
+@pytest.mark.parametrize("chapter", EXERCISE_CHAPTERS, ids=_ids(EXERCISE_CHAPTERS))
 @pytest.mark.notebook
 def test_student_copy_runs_and_reports_not_attempted(chapter):
     """What a student copy adds to its chapter runs, as a student would run it on receiving

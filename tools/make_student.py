@@ -303,7 +303,7 @@ def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
         except MarkerError:  # a region no cell checks: no exercise to list (the rest below
             ids = []  # reports what is out of place)
         student.metadata["transformer_lib"] = {"chapter": chapter, "version": version,
-                                               **({"exercises": ids} if ids else {})}
+                                               "exercises": ids}
     cells = []
     numbered = 0  # exercises so far
     for index, cell in enumerate(nb.cells):
