@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import chapter_mutants
 import page_stats
 import pytest
 
@@ -227,3 +228,23 @@ def test_every_page_is_one_sitting_with_its_own_opening(stem):
     page = page_stats.measure(ROOT / "chapters" / f"{stem}.ipynb")
     assert page.words <= 4800, f"{stem}: {page.words} words; split it (CONTRIBUTING.md)"
     assert page.opening, f"{stem} has no 'After this page you can' list"
+
+
+@pytest.mark.parametrize("mutant", chapter_mutants.MUTANTS, ids=lambda m: m.name)
+def test_each_chapter_mutant_still_applies_to_the_library(mutant, tmp_path):
+    """A planted bug whose text left the source would no longer plant anything: each edit
+    must match exactly once in its file, change it, and name pages that exist."""
+    library = tmp_path / "transformer_lib"
+    (library / mutant.file).parent.mkdir(parents=True)
+    original = (ROOT / "transformer_lib" / mutant.file).read_text(encoding="utf-8")
+    (library / mutant.file).write_text(original, encoding="utf-8")
+    chapter_mutants.apply(mutant, library)
+    assert (library / mutant.file).read_text(encoding="utf-8") != original
+    assert all((ROOT / "chapters" / f"{page}.ipynb").exists() for page in mutant.pages)
+
+
+def test_a_chapter_mutant_that_does_not_match_is_refused(tmp_path):
+    mutant = chapter_mutants.Mutant("x", "nothing", "a.py", "absent", "y", ("00_setup",))
+    (tmp_path / "a.py").write_text("present\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        chapter_mutants.apply(mutant, tmp_path)
