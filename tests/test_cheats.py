@@ -367,6 +367,29 @@ def moe_forward(x, router, experts, top_k):
     probs = router(x).softmax(-1)
     return x, load_balancing_loss(probs, probs.topk(top_k, -1).indices, len(experts))
 """, "load_balancing_loss"),
+    ("check_ring_causal_attention", REFERENCE, """
+from transformer_lib.checks import ch09_long_context as c
+def ring_causal_attention(q, k, v, owner):
+    return c._ring(q, k, v, owner)
+""", "ch09_long_context._ring"),
+    ("check_ring_causal_attention", FRAMEWORK, """
+import torch.nn.functional as F
+def ring_causal_attention(q, k, v, owner):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+""", "scaled_dot_product_attention"),
+    ("check_ring_causal_attention", LIBRARY, """
+from transformer_lib.flash import flash_attention
+def ring_causal_attention(q, k, v, owner):
+    return flash_attention(q[None], k[None], v[None], causal=True, block_size=4)[0]
+""", "flash.flash_attention"),
+    ("check_ring_causal_attention", "one query row at a time over the whole sequence", """
+import math
+import torch
+def ring_causal_attention(q, k, v, owner):
+    rows = [torch.softmax(q[t:t + 1] @ k[:t + 1].T / math.sqrt(q.shape[-1]), -1) @ v[:t + 1]
+            for t in range(len(q))]
+    return torch.cat(rows)
+""", "wider than one device's"),
 ]
 
 

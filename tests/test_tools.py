@@ -223,11 +223,12 @@ def test_page_stats_counts_prose_and_leaves_code_and_math_out():
 @pytest.mark.parametrize("stem", [p for pages in chapter_pages().values() for p in pages
                                   if p not in page_stats.WHOLE])
 def test_every_page_is_one_sitting_with_its_own_opening(stem):
-    """A page's prose stays near 4,500 words (a little slack for an edit), and it opens with
-    what the reader will be able to do."""
+    """A page's prose stays near 4,500 words (a little slack for an edit), it opens with
+    what the reader will be able to do, and it has an exercise on its own material."""
     page = page_stats.measure(ROOT / "chapters" / f"{stem}.ipynb")
     assert page.words <= 4800, f"{stem}: {page.words} words; split it (CONTRIBUTING.md)"
     assert page.opening, f"{stem} has no 'After this page you can' list"
+    assert page.exercises, f"{stem} has no exercise"
 
 
 @pytest.mark.parametrize("mutant", chapter_mutants.MUTANTS, ids=lambda m: m.name)
