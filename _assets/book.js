@@ -1,14 +1,22 @@
-/* The book's own script, loaded on every page (html_js_files in _config.yml). Three small
-   fixes to what the theme and the widgets draw; each does nothing where it finds nothing.
+/* The book's own script, loaded on every page (html_js_files in _config.yml). Small fixes
+   to what the theme and the widgets draw; each does nothing where it finds nothing.
 
-   1. Scroll cue: a display formula or a table wider than its column scrolls in its own box
-      (book.css); while more of it lies to the right (left), the box gets the class
-      scroll-more-right (scroll-more-left), and book.css fades that edge out.
+   1. Scroll cue: a display formula, a table or a code block wider than its column scrolls
+      in its own box (book.css); while more of it lies to the right (left), the box gets the
+      class scroll-more-right (scroll-more-left), and book.css fades that edge out.
    2. Search snippets: Sphinx's search shows a few lines of each page found, taken from the
       page's HTML, where math is still TeX source ("\(QK^\top\)"). Formulas are left out of
       the snippet ("…").
-   3. Slider handles get an accessible name (the slider's label), and widget labels lose
-      the tooltip "null" that the widget manager writes when a widget has no tooltip.
+   3. Slider handles get an accessible name (the slider's label) and announce the value the
+      readout shows (aria-valuetext; the widgets' own is the index of the chosen option);
+      the readouts, which the widget manager makes editable, are shown text only (typing in
+      one changed the number and not the picture); widget labels lose the tooltip "null"
+      that the widget manager writes when a widget has no tooltip.
+   4. The theme's drawers on a phone (the table of contents, the page's sections) close when
+      a link in them is chosen, so the reader sees the section the link went to.
+   5. The notation's table, stacked into blocks on a phone, names each cell by its column.
+   6. Folded answers: each self-check answer's bar is numbered after its question ("Answer
+      1"), and every fold's button is named by its bar, not "Toggle hidden content".
 */
 (function () {
   "use strict";
@@ -18,6 +26,7 @@
     "span.math.math-scrolls",
     ".pst-scrollable-table-container",
     ".cell_output .output.text_html",
+    "div.highlight pre",
   ].join(",");
   // px: a formula may stick out of its box by the slant of an italic letter; that is no
   // hidden content, and fading it would only grey out the letter.
@@ -93,22 +102,93 @@
     });
   }
 
+  // The readouts are contenteditable in the widget manager: typing in one changes the text
+  // and not the widget. Here they are text, and each handle announces what its readout shows.
+  function describeSliders(root) {
+    root.querySelectorAll(".widget-slider").forEach((slider) => {
+      const readout = slider.querySelector(".widget-readout");
+      const handle = slider.querySelector(".noUi-handle");
+      if (!readout) return;
+      if (readout.isContentEditable) {
+        readout.contentEditable = "false";
+        readout.tabIndex = -1;
+      }
+      const shown = readout.textContent.trim();
+      if (handle && shown && handle.getAttribute("aria-valuetext") !== shown) {
+        handle.setAttribute("aria-valuetext", shown);
+      }
+    });
+  }
+
   function setUpWidgets() {
     nameSliderHandles(document);
+    describeSliders(document);
     // The widget manager draws the widgets after the page has loaded.
     let pending = 0;
     new MutationObserver(() => {
       cancelAnimationFrame(pending);
       pending = requestAnimationFrame(() => {
         nameSliderHandles(document);
+        describeSliders(document);
         markAllScrolls();
       });
-    }).observe(document.body, { childList: true, subtree: true });
+    }).observe(document.body, { childList: true, subtree: true, characterData: true });
+  }
+
+  // A table stacked into blocks on a phone (book.css, table.notation) names each cell by its
+  // column's header.
+  function labelStackedCells() {
+    document.querySelectorAll("table.notation").forEach((table) => {
+      const heads = Array.from(table.querySelectorAll("thead th")).map(
+        (th) => th.textContent.trim());
+      table.querySelectorAll("tbody tr").forEach((row) => {
+        Array.from(row.children).forEach((cell, i) => {
+          if (heads[i]) cell.dataset.label = heads[i];
+          cell.classList.toggle("empty-cell", !cell.textContent.trim());
+        });
+      });
+    });
+  }
+
+  function closeDrawersOnFollow() {
+    document.addEventListener("click", (event) => {
+      const link = event.target instanceof Element && event.target.closest("dialog a[href]");
+      const drawer = link && link.closest("dialog");
+      if (drawer && drawer.open) drawer.close();
+    });
+  }
+
+  // sphinx-togglebutton adds its buttons when the page has loaded.
+  function nameFolds() {
+    let question = 0;
+    document.querySelectorAll(".admonition.dropdown").forEach((fold) => {
+      const title = fold.querySelector(":scope > .admonition-title");
+      if (!title) return;
+      const asked = fold.previousElementSibling;
+      const number = asked && asked.matches("p") && asked.firstElementChild &&
+        asked.firstElementChild.matches("strong") &&
+        /^(\d+)\.$/.exec(asked.firstElementChild.textContent.trim());
+      if (!fold.classList.contains("solution") && number && !title.dataset.numbered) {
+        question = number[1];
+        const text = Array.from(title.childNodes).find(
+          (n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim());
+        if (text) text.textContent = `${text.textContent.trim()} ${question}`;
+        title.dataset.numbered = question;
+      }
+      const button = title.querySelector("button.toggle-button");
+      const name = Array.from(title.childNodes).filter((n) => n !== button)
+        .map((n) => n.textContent).join("").replace(/\s+/g, " ").trim();
+      if (button && name) button.setAttribute("aria-label", name);
+    });
   }
 
   function start() {
     setUpScrollCues();
     leaveMathOutOfSearchSnippets();
+    closeDrawersOnFollow();
+    labelStackedCells();
+    if (document.readyState === "complete") nameFolds();
+    else window.addEventListener("load", nameFolds);
     if (document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]')) {
       setUpWidgets();
     }

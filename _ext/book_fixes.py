@@ -12,6 +12,7 @@ editions in other languages need is in ``i18n_editions.py``.
 """
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -62,8 +63,15 @@ def drop_navbar(app: Sphinx, config: Any) -> None:
 # punctuation too, as CJK scripts write it).
 _MATH_THEN_PUNCTUATION = re.compile(
     r'(<span class="math notranslate nohighlight">[^<]*</span>)([.,;:!?)\]’”，。；：！？）、]+)')
-# The text of inline code (``<code class="... literal ..."><span class="pre">...</span>``).
+# Inline code as Sphinx writes it: each word in its own ``<span class="pre">``, words
+# separated by plain spaces.
+_INLINE_CODE = re.compile(r'(<code class="[^"]*\bliteral\b[^"]*">)(.*?)(</code>)', re.S)
+# The text of one word of inline code.
 _CODE_TEXT = re.compile(r'(<span class="pre">)([^<]*)(</span>)')
+_TAG = re.compile(r"<[^>]+>")
+# Characters: inline code this short (a shape such as ``(B, H, T, D)``, ``nn.Linear``) is
+# kept on one line; a longer name breaks only where _NAME_BREAK allows.
+SHORT_CODE = 20
 # Where a long name may break: before a dot and after an underscore that join two parts of
 # a name (so not inside ``__init__``, nor in a number such as ``0.5``).
 _NAME_BREAK = re.compile(r"(?<=\w)(?=\.[A-Za-z_])|(?<=[^\W_]_)(?=[^\W_])")
@@ -71,6 +79,13 @@ _NAME_BREAK = re.compile(r"(?<=\w)(?=\.[A-Za-z_])|(?<=[^\W_]_)(?=[^\W_])")
 
 def _breakable(match: re.Match) -> str:
     return match.group(1) + _NAME_BREAK.sub("<wbr>", match.group(2)) + match.group(3)
+
+
+def _line_breaks_in_code(match: re.Match) -> str:
+    opening, inner, closing = match.groups()
+    if len(html.unescape(_TAG.sub("", inner))) <= SHORT_CODE:  # whole: no break at all
+        return opening + inner.replace("</span> <span", "</span>&#160;<span") + closing
+    return opening + _CODE_TEXT.sub(_breakable, inner) + closing
 
 
 def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
@@ -81,13 +96,15 @@ def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
       (``white-space: nowrap`` in book.css), so that a comma or full stop never starts a line.
     - In inline code, ``<wbr>`` marks where a long name may break (before ``.``, after ``_``):
       book.css then breaks names there instead of anywhere, and a table whose names do not fit
-      a phone scrolls in its own box instead of breaking them mid-word.
+      a phone scrolls in its own box instead of breaking them mid-word. Inline code of at most
+      ``SHORT_CODE`` characters does not break at all (its spaces become no-break spaces), so
+      a shape such as ``(B, H, T, D)`` or a name such as ``nn.Linear`` stays whole.
     """
     body = context.get("body")
     if not body:
         return
     body = _MATH_THEN_PUNCTUATION.sub(r'<span class="math-nowrap">\1\2</span>', body)
-    context["body"] = _CODE_TEXT.sub(_breakable, body)
+    context["body"] = _INLINE_CODE.sub(_line_breaks_in_code, body)
 
 
 def setup(app: Sphinx) -> dict:

@@ -81,7 +81,7 @@ def launch_urls(docname: str) -> dict[str, str]:
     org_repo = url.removeprefix("https://github.com/")
     return {
         "colab": f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/{docname}.ipynb",
-        "binder": f"https://mybinder.org/v2/gh/{org_repo}/{branch}?urlpath=tree/{docname}.ipynb",
+        "binder": f"https://mybinder.org/v2/gh/{org_repo}/{branch}?urlpath=lab/tree/{docname}.ipynb",
         "repository": url,
     }
 

@@ -105,6 +105,46 @@ def test_code_lines_fit_the_column(path: Path):
     assert not long, f"{path.name}: lines over {MAX_CODE_LINE} characters:\n" + "\n".join(long)
 
 
+def _bullet_markers(markdown: str) -> list[tuple[int, str]]:
+    """(line, marker) of every bullet list in ``markdown`` (CommonMark), directives' bodies
+    included (a fence whose info string starts with ``{``; its ``:option:`` lines blanked)."""
+    from markdown_it import MarkdownIt
+
+    found = []
+    for token in MarkdownIt("commonmark").parse(markdown):
+        if token.type == "bullet_list_open":
+            found.append((token.map[0], token.markup))
+        elif token.type == "fence" and token.info.startswith("{") and \
+                not token.info.startswith(("{code", "{math")):
+            body = "\n".join("" if line.startswith(":") else line
+                             for line in token.content.split("\n"))
+            found += [(token.map[0] + 1 + line, marker)
+                      for line, marker in _bullet_markers(body)]
+    return found
+
+
+def test_bullet_lint_sees_a_line_that_starts_with_a_plus():
+    text = "- an item that wraps into\n  + a line that Markdown reads as a nested list\n"
+    assert _bullet_markers(text) == [(0, "-"), (1, "+")]
+    assert _bullet_markers("```{exercise} x\n:label: y\n\nText\n* a star\n```\n") == [(4, "*")]
+
+
+@pytest.mark.parametrize("path", [*CHAPTER_PATHS, *sorted((ROOT / "appendix").glob("*.md")),
+                                  ROOT / "intro.md"], ids=lambda p: p.name)
+def test_lists_use_dashes_so_a_wrapped_plus_is_no_list(path: Path):
+    """The book's lists use "- ". A wrapped line that starts with "+ " or "* " (a sum, an
+    emphasis) becomes a nested list item in Markdown, so no list may use those markers."""
+    if path.suffix == ".ipynb":
+        cells = [c.source for c in nbformat.read(path, as_version=4).cells
+                 if c.cell_type == "markdown"]
+    else:
+        cells = [path.read_text(encoding="utf-8")]
+    wrong = [f"cell {i}, line {line + 1}: {cell.splitlines()[line].strip()[:60]!r}"
+             for i, cell in enumerate(cells) for line, marker in _bullet_markers(cell)
+             if marker != "-" and line < len(cell.splitlines())]
+    assert not wrong, f"{path.name}: lists marked with + or * (rewrap the line):\n" + "\n".join(wrong)
+
+
 IMPORT_CELL_FOLDED_FROM = 12  # lines: a longer import cell is folded in the book
 
 
@@ -203,7 +243,8 @@ def test_vendored_assets_exist_and_stay_small():
 
 def test_book_extension_fixes_line_breaks_and_drops_the_second_navbar():
     """_ext/book_fixes.py: punctuation after inline math stays on its line, long names in
-    inline code break before a dot or after an underscore, the theme's top bar is left out."""
+    inline code break before a dot or after an underscore while short code stays whole, the
+    theme's top bar is left out."""
     import importlib.util
     from types import SimpleNamespace
 
@@ -224,6 +265,13 @@ def test_book_extension_fixes_line_breaks_and_drops_the_second_navbar():
     assert '<span class="pre">__init__</span>' in body  # no break inside the underscores
     assert '<span class="pre">[0.5,</span>' in body  # nor in a number
     assert '<div class="math notranslate nohighlight">\\[y\\]</div>.' in body  # display math
+    shape = ('<code class="docutils literal notranslate"><span class="pre">(B,</span> '
+             '<span class="pre">H,</span> <span class="pre">T,</span> <span class="pre">D)</span></code>')
+    context = {"body": shape + code.format("nn.Linear")}
+    fixes.fix_body(None, "page", "page.html", context, None)
+    # Short inline code stays whole: no-break spaces in a shape, no break in a short name.
+    assert context["body"] == (shape.replace("</span> <span", "</span>&#160;<span")
+                               + code.format("nn.Linear"))
 
     config = SimpleNamespace(html_theme_options={})
     fixes.drop_navbar(None, config)

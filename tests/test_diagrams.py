@@ -73,3 +73,58 @@ def test_gqa_heads_connects_each_query_head_to_the_head_repeat_kv_gives_it(n_hea
 def test_gqa_heads_rejects_sizes_it_cannot_draw(n_heads, n_kv_heads):
     with pytest.raises(ValueError, match=rf"n_heads \({n_heads}\).*n_kv_heads \({n_kv_heads}\)"):
         gqa_heads(n_heads, n_kv_heads)
+
+
+def test_attention_flow_draws_one_head_with_its_shapes():
+    from transformer_lib.plotting import attention_flow
+
+    fig, ax = attention_flow()
+    gids = set(_gids(ax))
+    assert {"X", "Q", "K", "V", "scores", "weights", "out"} <= gids
+    assert {"X->Q", "X->K", "X->V", "Q->scores", "K->scores", "scores->weights",
+            "weights->out", "V->out"} <= gids
+    # causal: the 6 cells above the diagonal of the 4 x 4 weights are blocked, the rest drawn
+    assert {g for g in gids if g.startswith("blocked")} == {
+        f"blocked {i},{j}" for i in range(4) for j in range(4) if j > i}
+    texts = {t.get_text() for t in ax.texts}
+    assert {"(T, C)", "(T, D)", "(S, D)", "(T, S)"} <= texts
+    assert fig.get_figwidth() <= FIGURE_WIDTH and _min_text_px(fig, ax) >= 9
+    _, ax = attention_flow(causal=False)
+    assert not [g for g in _gids(ax) if g.startswith("blocked")]
+
+
+@pytest.mark.parametrize("n_heads", [2, 4, 6])
+def test_head_split_flow_keeps_each_heads_channels_in_their_place(n_heads):
+    """Head h's channels before the split and after the merge are the same slice of C, in the
+    same colour, and each head has a slab before and after attention."""
+    from transformer_lib.plotting import head_split_flow
+
+    fig, ax = head_split_flow(n_heads=n_heads)
+    patches = {p.get_gid(): p for p in ax.patches if p.get_gid()}
+    for h in range(n_heads):
+        before, after = patches[f"Q channels {h}"], patches[f"merged channels {h}"]
+        assert before.get_facecolor() == after.get_facecolor()
+        assert before.get_width() == after.get_width()
+        assert before.get_x() - patches["Q channels 0"].get_x() == pytest.approx(
+            after.get_x() - patches["merged channels 0"].get_x())
+        assert f"head {h}" in patches and f"head {h} out" in patches
+    colours = {patches[f"Q channels {h}"].get_facecolor() for h in range(n_heads)}
+    assert len(colours) == n_heads  # every head its own colour
+    assert fig.get_figwidth() <= FIGURE_WIDTH and _min_text_px(fig, ax) >= 9
+    with pytest.raises(ValueError, match="n_heads"):
+        head_split_flow(n_heads=7)
+
+
+def test_encoder_decoder_flow_feeds_the_memory_into_cross_attention_as_keys_and_values():
+    from transformer_lib.plotting import encoder_decoder_flow
+
+    fig, ax = encoder_decoder_flow()
+    patches = {p.get_gid(): p for p in ax.patches if p.get_gid()}
+    kv, q = patches["memory->cross K, V"], patches["decoder->cross Q"]
+    memory, cross = patches["memory"], patches["cross-attention"]
+    start, end = kv.get_path().vertices[0], kv.get_path().vertices[-1]
+    # K, V leave the memory's right edge and end at the cross-attention's left edge
+    assert start[0] == pytest.approx(memory.get_x() + memory.get_width(), abs=0.1)
+    assert end[0] <= cross.get_x() + 0.05
+    assert q.get_path().vertices[-1][1] <= cross.get_y() + 0.05  # Q comes from below
+    assert fig.get_figwidth() <= FIGURE_WIDTH and _min_text_px(fig, ax) >= 9

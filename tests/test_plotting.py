@@ -655,19 +655,30 @@ PUBLIC_NAMES = [
     "attention_heatmap", "attention_text", "kv_cache_mask",
     "positional_heatmap", "rope_rotation", "position_curves", "lr_schedule", "loss_curve",
     "score_variance", "scaling_curve", "compare_runs", "grouped_bars", "memory_curves",
-    "flash_tiling", "mla_data_flow", "layer_structures", "gqa_heads",
+    "flash_tiling", "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow",
+    "head_split_flow", "encoder_decoder_flow",
 ]
 
 
 def test_the_package_exports_every_name_from_one_place():
-    from transformer_lib.plotting import attention, curves, diagrams, mla, positions, style, tiling
+    from transformer_lib.plotting import (
+        attention,
+        curves,
+        diagrams,
+        flows,
+        mla,
+        positions,
+        style,
+        tiling,
+    )
 
     assert sorted(plotting.__all__) == sorted(PUBLIC_NAMES)
     homes = {"attention_heatmap": attention, "kv_cache_mask": attention,
              "rope_rotation": positions, "position_curves": positions,
              "compare_runs": curves, "memory_curves": curves, "RUN_COLOURS": style,
              "flash_tiling": tiling, "mla_data_flow": mla, "layer_structures": diagrams,
-             "gqa_heads": diagrams}
+             "gqa_heads": diagrams, "attention_flow": flows, "head_split_flow": flows,
+             "encoder_decoder_flow": flows}
     for name, module in homes.items():
         assert getattr(plotting, name) is getattr(module, name)
     assert plotting.MAX_WIDTH == style.MAX_WIDTH == 7.5 and style.DPI == 100

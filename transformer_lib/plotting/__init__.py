@@ -13,7 +13,9 @@ torch tensors or numpy arrays.
 
 The figures live by subject: :mod:`.attention` (heatmap, text map, KV-cache mask),
 :mod:`.positions` (positional encodings, RoPE, curves against the position) and
-:mod:`.curves` (schedules, losses, variances, costs, runs, bars, memory); every name is
+:mod:`.curves` (schedules, losses, variances, costs, runs, bars, memory), the drawn diagrams in
+:mod:`.diagrams`, :mod:`.flows` (attention's data flow with shapes), :mod:`.mla` and
+:mod:`.tiling`; every name is
 imported from here, ``from transformer_lib.plotting import attention_heatmap``.
 """
 from transformer_lib.plotting.attention import (
@@ -32,6 +34,7 @@ from transformer_lib.plotting.curves import (
     score_variance,
 )
 from transformer_lib.plotting.diagrams import gqa_heads, layer_structures
+from transformer_lib.plotting.flows import attention_flow, encoder_decoder_flow, head_split_flow
 from transformer_lib.plotting.mla import mla_data_flow
 from transformer_lib.plotting.positions import (
     position_curves,
@@ -73,5 +76,6 @@ __all__ = [
     # tiling
     "flash_tiling",
     # diagrams
-    "mla_data_flow", "layer_structures", "gqa_heads",
+    "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow", "head_split_flow",
+    "encoder_decoder_flow",
 ]
