@@ -14,7 +14,9 @@
       that the widget manager writes when a widget has no tooltip.
    4. The theme's drawers on a phone (the table of contents, the page's sections) close when
       a link in them is chosen, so the reader sees the section the link went to.
-   5. The notation's table, stacked into blocks on a phone, names each cell by its column.
+   5. The notation's table, stacked into blocks on a phone, names each cell by its column;
+      the table of contents' folds are named after their chapters; an explorer's picture
+      takes its caption as alt text, and a widget box that scrolls is focusable.
    6. Folded answers: each self-check answer's bar is numbered after its question ("Answer
       1"), and every fold's button is named by its bar, not "Toggle hidden content".
 */
@@ -27,16 +29,32 @@
     ".pst-scrollable-table-container",
     ".cell_output .output.text_html",
     "div.highlight pre",
+    ".cell_output .output.text_html > div",
+    ".cell_output .widget-box",
   ].join(",");
   // px: a formula may stick out of its box by the slant of an italic letter; that is no
   // hidden content, and fading it would only grey out the letter.
   const SLACK = 4;
+
+  const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
 
   function markScroll(box) {
     const hidden = box.scrollWidth - box.clientWidth;
     const scrolls = hidden > SLACK;
     box.classList.toggle("scroll-more-left", scrolls && box.scrollLeft > 1);
     box.classList.toggle("scroll-more-right", scrolls && hidden - box.scrollLeft > 1);
+    // A box that scrolls, if only by a pixel, is a tab stop, so a keyboard can scroll it
+    // (formulas are not tab stops otherwise), unless something in it already is one.
+    const style = (hidden > 0 || box.scrollHeight > box.clientHeight) && getComputedStyle(box);
+    const scrollable = style && (/(auto|scroll)/.test(style.overflowX) && hidden > 0
+      || /(auto|scroll)/.test(style.overflowY) && box.scrollHeight > box.clientHeight);
+    if (scrollable && !box.hasAttribute("tabindex") && !box.querySelector(FOCUSABLE)) {
+      box.tabIndex = 0;
+      box.dataset.scrollStop = "";
+    } else if (!scrollable && "scrollStop" in box.dataset) {
+      box.removeAttribute("tabindex");
+      delete box.dataset.scrollStop;
+    }
   }
 
   // An inline formula longer than its line (long ones belong in display math, but one may
@@ -120,9 +138,26 @@
     });
   }
 
+  // An explorer's picture is described by the caption line the explorer writes under it
+  // (what the frame shows, updated with every move): that text becomes the picture's alt,
+  // and the caption is announced when it changes.
+  function describePictures(root) {
+    root.querySelectorAll(".cell_output .widget-image").forEach((image) => {
+      const explorer = image.closest(".cell_output");
+      const captions = explorer ? Array.from(explorer.querySelectorAll(".widget-html")) : [];
+      const caption = captions.find((c) => c.compareDocumentPosition(image)
+        & Node.DOCUMENT_POSITION_PRECEDING) || captions[0];
+      const text = caption ? caption.textContent.replace(/\s+/g, " ").trim() : "";
+      const alt = text || "explorer picture";
+      if (image.getAttribute("alt") !== alt) image.setAttribute("alt", alt);
+      if (caption && !caption.hasAttribute("aria-live")) caption.setAttribute("aria-live", "polite");
+    });
+  }
+
   function setUpWidgets() {
     nameSliderHandles(document);
     describeSliders(document);
+    describePictures(document);
     // The widget manager draws the widgets after the page has loaded.
     let pending = 0;
     new MutationObserver(() => {
@@ -130,6 +165,7 @@
       pending = requestAnimationFrame(() => {
         nameSliderHandles(document);
         describeSliders(document);
+        describePictures(document);
         markAllScrolls();
       });
     }).observe(document.body, { childList: true, subtree: true, characterData: true });
@@ -147,6 +183,17 @@
           cell.classList.toggle("empty-cell", !cell.textContent.trim());
         });
       });
+    });
+  }
+
+  // The table of contents folds a chapter's pages under a bare chevron (<summary> with an
+  // icon only): each is named after the chapter it opens.
+  function nameTocFolds() {
+    document.querySelectorAll(".bd-sidenav details > summary").forEach((summary) => {
+      if (summary.getAttribute("aria-label")) return;
+      const link = summary.parentElement.parentElement.querySelector(":scope > a");
+      const name = link && link.textContent.replace(/\s+/g, " ").trim();
+      if (name) summary.setAttribute("aria-label", name);
     });
   }
 
@@ -187,6 +234,7 @@
     leaveMathOutOfSearchSnippets();
     closeDrawersOnFollow();
     labelStackedCells();
+    nameTocFolds();
     if (document.readyState === "complete") nameFolds();
     else window.addEventListener("load", nameFolds);
     if (document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]')) {

@@ -88,9 +88,21 @@ def _line_breaks_in_code(match: re.Match) -> str:
     return opening + _CODE_TEXT.sub(_breakable, inner) + closing
 
 
+# A signature as Sphinx writes it (``<dt class="sig ...">``), which puts the parameters of a
+# long signature one per line in a ``<dl>`` of ``<dd>`` alone: a definition list without
+# terms, which screen readers announce as such (axe: definition-list).
+_SIGNATURE = re.compile(r'(<dt class="sig[ "][^>]*>)(.*?)(</dt>)', re.S)
+
+
+def _signature_lines(match: re.Match) -> str:
+    inner = (match.group(2).replace("<dl>", '<div class="sig-params">').replace("</dl>", "</div>")
+             .replace("<dd>", '<div class="sig-param-line">').replace("</dd>", "</div>"))
+    return match.group(1) + inner + match.group(3)
+
+
 def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
              doctree: Any) -> None:
-    """Two line-breaking fixes to the page's HTML.
+    """Fixes to the page's HTML: line breaks, and a signature's markup.
 
     - An inline formula and the punctuation after it go into one ``span.math-nowrap``
       (``white-space: nowrap`` in book.css), so that a comma or full stop never starts a line.
@@ -99,11 +111,14 @@ def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
       a phone scrolls in its own box instead of breaking them mid-word. Inline code of at most
       ``SHORT_CODE`` characters does not break at all (its spaces become no-break spaces), so
       a shape such as ``(B, H, T, D)`` or a name such as ``nn.Linear`` stays whole.
+    - A long signature's one-parameter-a-line list is a ``div`` of lines, not a definition
+      list without terms (book.css indents the lines as before).
     """
     body = context.get("body")
     if not body:
         return
     body = _MATH_THEN_PUNCTUATION.sub(r'<span class="math-nowrap">\1\2</span>', body)
+    body = _SIGNATURE.sub(_signature_lines, body)
     context["body"] = _INLINE_CODE.sub(_line_breaks_in_code, body)
 
 

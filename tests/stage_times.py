@@ -19,7 +19,7 @@ STAGES = (
     ("Binder", ("tests/test_binder.py",)),
     ("grader", ("tests/test_grade.py",)),
     ("Gradescope", ("tests/test_gradescope.py",)),
-    ("browser", ("tests/test_browser",)),
+    ("browser", ("tests/test_browser", "tests/test_accessibility")),
     ("editions in other languages", ("tests/test_i18n.py",)),
     ("planted bugs", ("tests/test_planted_bugs.py",)),
     ("built book", ("tests/test_book.py", "tests/test_publishing.py")),
