@@ -272,6 +272,16 @@ def test_book_extension_fixes_line_breaks_and_drops_the_second_navbar():
     # Short inline code stays whole: no-break spaces in a shape, no break in a short name.
     assert context["body"] == (shape.replace("</span> <span", "</span>&#160;<span")
                                + code.format("nn.Linear"))
+    # A long signature's parameters, one a line: lines in a div, not a list without terms.
+    signature = ('<dt class="sig sig-object py" id="f"><span class="sig-name">f</span>'
+                 '(<dl>\n<dd><em class="sig-param">x</em>,</dd>\n</dl>\n)</dt><dd><dl '
+                 'class="field-list"><dt>Args</dt><dd>x</dd></dl></dd>')
+    context = {"body": signature}
+    fixes.fix_body(None, "page", "page.html", context, None)
+    assert '<div class="sig-params">\n<div class="sig-param-line"><em class="sig-param">x</em>,' \
+        in context["body"]
+    assert "(<dl>" not in context["body"]
+    assert '<dl class="field-list"><dt>Args</dt><dd>x</dd></dl>' in context["body"]  # kept
 
     config = SimpleNamespace(html_theme_options={})
     fixes.drop_navbar(None, config)
