@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from transformer_lib.attention import scaled_dot_product_attention
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.checks import ch09_long_context, check_ring_causal_attention
 
 from chapter_solutions import references
@@ -85,13 +85,10 @@ WRONG = [
     (check_ring_causal_attention, whole_sequence,
      ["created a tensor of shape (16, 16), wider than one device's 4 positions"]),
     (check_ring_causal_attention,
-     lambda q, k, v, owner: scaled_dot_product_attention(q, k, v, causal_mask_full(len(q)))[0],
+     lambda q, k, v, owner: scaled_dot_product_attention(
+         q, k, v, torch.ones(len(q), len(q), dtype=torch.bool).tril())[0],
      [".scaled_dot_product_attention` is not allowed here"]),
 ]
-
-
-def causal_mask_full(T):
-    return torch.ones(T, T, dtype=torch.bool).tril()
 
 
 def test_the_ring_reference_is_causal_attention():
@@ -99,7 +96,7 @@ def test_the_ring_reference_is_causal_attention():
     attention in float64 on contiguous, zigzag and random splits."""
     T, D = 24, 6
     q, k, v = (torch.randn(T, D, dtype=torch.float64) for _ in range(3))
-    want, _ = scaled_dot_product_attention(q, k, v, causal_mask_full(T))
+    want, _ = scaled_dot_product_attention(q, k, v, causal_mask(T))
     for owner in (torch.arange(T) // 6, ch09_long_context._zigzag(T, 3),
                   torch.randperm(T) % 4):
         for ring in (ch09_long_context._ring, ring_causal_attention, ring_with()):

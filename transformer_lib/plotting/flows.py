@@ -11,10 +11,10 @@ renders alike in the book (SVG), in Jupyter and in Colab, and its smallest text,
 from __future__ import annotations
 
 from matplotlib.axes import Axes
-from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from transformer_lib.plotting.diagrams import _FILL_ALPHA, _rgb
 from transformer_lib.plotting.style import (
     BLACK,
     BLUE,
@@ -29,11 +29,10 @@ from transformer_lib.plotting.style import (
     new_axes,
 )
 
-_FILL_ALPHA = 0.35
-
 
 def _fill(colour: str) -> tuple[float, float, float, float]:
-    return (*to_rgb(colour), _FILL_ALPHA)
+    """A box's fill: the colour, light enough for black text (as in :mod:`.diagrams`)."""
+    return (*_rgb(colour), _FILL_ALPHA)
 
 
 def _matrix(ax: Axes, x: float, y: float, w: float, h: float, name: str, shape: str, *,
