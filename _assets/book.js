@@ -19,6 +19,10 @@
       takes its caption as alt text, and a widget box that scrolls is focusable.
    6. Folded answers: each self-check answer's bar is numbered after its question ("Answer
       1"), and every fold's button is named by its bar, not "Toggle hidden content".
+   7. Code lines: each line of a code block's source (not of printed output) becomes a span
+      of its own, its indentation recorded, so that on a phone (book.css) a long line wraps
+      under itself with a hanging indent instead of running out of the box, and the shape
+      comment at its end is seen. The text is unchanged (the copy button copies it as is).
 */
 (function () {
   "use strict";
@@ -35,6 +39,14 @@
   // px: a formula may stick out of its box by the slant of an italic letter; that is no
   // hidden content, and fading it would only grey out the letter.
   const SLACK = 4;
+
+  // The code a reader reads (cells' source, code in the text), not printed output, whose
+  // columns line up and must not wrap.
+  const CODE_SOURCES = [
+    "div.cell_input div.highlight > pre",
+    "div[class*='highlight-python'] div.highlight > pre",
+    "div.highlight-ipython3 div.highlight > pre",
+  ].join(",");
 
   const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
 
@@ -229,7 +241,48 @@
     });
   }
 
+  // Pygments writes a code block as a flat run of token spans and text, newlines inside
+  // them. The run is cut at each newline into lines: <span class="code-line"> per line, its
+  // tokens (a token across a newline split in two copies), the newline kept at its end.
+  function splitCodeLines(pre) {
+    const lines = [];
+    let line = document.createElement("span");
+    const finish = () => {
+      const text = line.textContent;
+      const indent = text.length - text.replace(/^ +/, "").length;
+      line.className = "code-line";
+      line.style.setProperty("--indent", `${indent}ch`);
+      lines.push(line);
+      line = document.createElement("span");
+    };
+    Array.from(pre.childNodes).forEach((node) => {
+      const parts = node.textContent.split("\n");
+      parts.forEach((part, i) => {
+        if (part) {
+          const piece = node.nodeType === Node.ELEMENT_NODE ? node.cloneNode(false)
+            : document.createTextNode("");
+          piece.textContent = part;
+          line.appendChild(piece);
+        }
+        if (i < parts.length - 1) {
+          line.appendChild(document.createTextNode("\n"));
+          finish();
+        }
+      });
+    });
+    if (line.childNodes.length) finish();
+    pre.replaceChildren(...lines);
+    pre.classList.add("code-lines");
+  }
+
+  function wrapCodeLines() {
+    document.querySelectorAll(CODE_SOURCES).forEach((pre) => {
+      if (!pre.classList.contains("code-lines")) splitCodeLines(pre);
+    });
+  }
+
   function start() {
+    wrapCodeLines();
     setUpScrollCues();
     leaveMathOutOfSearchSnippets();
     closeDrawersOnFollow();

@@ -345,6 +345,32 @@ _SIDEWAYS_CULPRITS = """() => {
 }"""
 
 
+# Shape comments ("# (B, T, C)") in the code cells, and those whose first character is on
+# show in the code box without scrolling it: [found, seen]. Folded cells are counted as they
+# would be once opened (their width does not depend on the fold).
+_SHAPE_COMMENTS = """() => {
+    const shape = /#.*\\(\\s*\\w+(\\s*[-+*\\/]\\s*\\w+)*\\s*,[^)]*\\)|#.*\\(\\s*[A-Z]\\s*\\)/;
+    let found = 0, seen = 0;
+    document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+    document.querySelectorAll('details').forEach(d => { d.open = true; });
+    for (const pre of document.querySelectorAll('div.cell_input pre')) {
+        const box = pre.getBoundingClientRect();
+        const right = box.left + pre.clientLeft + pre.clientWidth;
+        for (const c of pre.querySelectorAll('span.c1')) {
+            if (!shape.test(c.textContent) || !c.firstChild) continue;
+            found++;
+            const first = document.createRange();
+            first.setStart(c.firstChild, 0);
+            first.setEnd(c.firstChild, 1);
+            const r = first.getBoundingClientRect();
+            if (r.width && r.left >= box.left - 1 && r.right <= right + 1) seen++;
+        }
+    }
+    return [found, seen];
+}"""
+MIN_SHAPE_COMMENTS_SEEN = 0.9  # of a page's shape comments, on show at 390 px
+
+
 @functools.lru_cache(maxsize=None)
 def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
     """What the phone tests look at on one page, measured once per page (the page is loaded
@@ -367,6 +393,7 @@ def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
         found["pictures"] = page.eval_on_selector_all(
             ".cell_output img",
             "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
+        found["shape_comments"] = page.evaluate(_SHAPE_COMMENTS)
         found["problems_at_390"] = list(problems)
         _unfold(page)
         found["clipped"] = {}
@@ -384,7 +411,8 @@ def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
 @pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
 def test_page_fits_a_phone(server, browser, docname):
     """At 390 px nothing makes the page scroll sideways (wide code and tables scroll in their
-    own boxes), and widget controls stack with tracks wide enough to use."""
+    own boxes), widget controls stack with tracks wide enough to use, and at least 90 % of
+    the shape comments in the code are on show (long lines wrap under themselves)."""
     found = _measure_on_a_phone(server, docname, browser)
     if found["scroll_width"] > found["view_width"]:
         pytest.fail(f"{docname} is {found['scroll_width']} px wide at {found['view_width']} px: "
@@ -393,6 +421,9 @@ def test_page_fits_a_phone(server, browser, docname):
         tracks, pictures = found["tracks"], found["pictures"]
         assert tracks and min(tracks) >= MIN_TRACK, f"slider tracks of {tracks} px"
         assert pictures and max(pictures) <= PHONE["width"], f"pictures end at {pictures} px"
+    comments, seen = found["shape_comments"]
+    assert seen >= MIN_SHAPE_COMMENTS_SEEN * comments, (
+        f"{docname}: {seen} of {comments} shape comments on show at 390 px")
     assert not found["problems_at_390"], "\n".join(found["problems_at_390"])
 
 
