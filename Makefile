@@ -28,11 +28,13 @@ setup-cells: $(STAMP)
 	@$(PY) tools/setup_cell.py --write
 
 # Student copies: every chapter with its solutions taken out, written to exercises/ (same
-# file names; see tools/make_student.py). Commit them: a test fails when they are stale.
+# file names; see tools/make_student.py), and the chapters' Colab copies into colab/ (plain
+# Markdown for MyST; tools/colab_copies.py). Commit them: a test fails when they are stale.
 student: $(STAMP)
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
 	@$(PY) tools/i18n notebooks --write
+	@$(PY) tools/colab_copies.py
 
 # Grade submitted student notebooks: make grade SUBMISSIONS=path/to/submissions (one folder per
 # student). Writes gradebook.csv and feedback/ beside it (see tools/grade.py; JOBS, TIMEOUT and
@@ -60,6 +62,7 @@ ifndef CI
 	@$(PY) tools/setup_cell.py --write
 	@$(PY) tools/exercise_page.py
 	@$(PY) tools/i18n notebooks --write
+	@$(PY) tools/colab_copies.py
 endif
 	@$(PY) tools/build_book.py
 	@echo "Preview: $(PY) -m http.server -d _build/html  (then open http://127.0.0.1:8000)"
@@ -73,6 +76,7 @@ endif
 locales: $(STAMP)
 	@$(PY) tools/i18n messages update
 	@$(PY) tools/i18n notebooks --write
+	@$(PY) tools/colab_copies.py
 
 # The course's models are tiny, and PyTorch's two threads per process slow down many times
 # over when the other core is busy (measured: training the reversal model took over 300 s

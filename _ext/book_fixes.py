@@ -7,13 +7,16 @@ repeated (same file or same inline body, same attributes), whatever priority it 
 
 It also leaves out pydata-sphinx-theme's top navigation bar (see ``drop_navbar``), keeps
 punctuation on the line of the inline formula before it, and lets long names in inline
-code break after a dot or an underscore rather than anywhere (see ``fix_body``). What the
+code break after a dot or an underscore rather than anywhere (see ``fix_body``), and points
+the Colab button of a chapter at its Colab copy (see ``open_colab_copies``). What the
 editions in other languages need is in ``i18n_editions.py``.
 """
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
@@ -122,9 +125,45 @@ def fix_body(app: Sphinx, pagename: str, templatename: str, context: dict,
     context["body"] = _INLINE_CODE.sub(_line_breaks_in_code, body)
 
 
+# The Colab copies' folder, written by tools/colab_copies.py (its FOLDER).
+COLAB_FOLDER = "colab"
+# The Colab button's address (sphinx-book-theme): Colab's, then the notebook's path in the
+# repository at the branch, ``chapters/01_attention.ipynb`` or ``zh/chapters/...``.
+_COLAB_LAUNCH = re.compile(
+    r"^(https://colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/)([^?#]+\.ipynb)$")
+
+
+def colab_copy_url(url: str, has_copy: Callable[[str], bool]) -> str:
+    """The address of a Colab button that opens the notebook's Colab copy,
+    ``colab/<path>``, where ``has_copy(path)`` says there is one; any other address as it is."""
+    found = _COLAB_LAUNCH.match(url)
+    if not found or not has_copy(found.group(2)):
+        return url
+    return f"{found.group(1)}{COLAB_FOLDER}/{found.group(2)}"
+
+
+def open_colab_copies(app: Sphinx, pagename: str, templatename: str, context: dict,
+                      doctree: Any) -> None:
+    """The Colab button of a page opens its Colab copy, where the repository has one.
+
+    sphinx-book-theme builds the button from the page's source (``chapters/<page>.ipynb``,
+    ``zh/chapters/<page>.ipynb`` in the Chinese edition), whose MyST markup (exercises,
+    folded solutions and answers, links to labels) Colab shows as raw text; the copies under
+    ``colab/`` have it as plain Markdown and the same code cells. Runs after the theme has
+    made its buttons (priority 501).
+    """
+    root = Path(app.srcdir)
+    for group in context.get("header_buttons") or []:
+        for button in group.get("buttons") or []:
+            if button.get("url"):
+                button["url"] = colab_copy_url(
+                    button["url"], lambda path: (root / COLAB_FOLDER / path).is_file())
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", drop_navbar)
     # A late priority, so that scripts that other extensions add for this page are seen too.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", fix_body)
+    app.connect("html-page-context", open_colab_copies, priority=600)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

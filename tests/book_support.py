@@ -76,11 +76,14 @@ def notebook_docnames() -> list[str]:
 
 
 def launch_urls(docname: str) -> dict[str, str]:
-    """The Colab, Binder and repository links a notebook page must carry."""
+    """The Colab, Binder and repository links a notebook page must carry: Colab opens the
+    page's Colab copy where there is one (tools/colab_copies.py), Binder the notebook itself."""
     url, branch = setup_cell.repository()
     org_repo = url.removeprefix("https://github.com/")
+    colab = f"colab/{docname}.ipynb" if (ROOT / "colab" / f"{docname}.ipynb").is_file() else (
+        f"{docname}.ipynb")
     return {
-        "colab": f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/{docname}.ipynb",
+        "colab": f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/{colab}",
         "binder": f"https://mybinder.org/v2/gh/{org_repo}/{branch}?urlpath=lab/tree/{docname}.ipynb",
         "repository": url,
     }

@@ -293,8 +293,9 @@ def _text_files(root: Path):
 def address_copies(root: Path) -> list[str]:
     """Every place under ``root`` that writes the course's address (the repository's
     ``owner/name`` or its Pages host) outside the places derived from ``repository.url``:
-    the line itself and ``html.baseurl`` in _config.yml, the notebooks' setup cells, and the
-    Colab links of the generated *Exercise notebooks* page."""
+    the line itself and ``html.baseurl`` in _config.yml, the notebooks' setup cells, the
+    Colab links of the generated *Exercise notebooks* page, and the links to the book of the
+    generated Colab copies (``colab/``)."""
     url, _ = setup_cell.repository(root / "_config.yml")
     slug = url.removeprefix("https://github.com/")
     host = setup_cell.pages_url(url).removeprefix("https://").split("/")[0]
@@ -304,6 +305,8 @@ def address_copies(root: Path) -> list[str]:
         rel = path.relative_to(root).as_posix()
         if rel == "appendix/exercise_notebooks.md":
             continue  # tools/exercise_page.py writes it from repository.url
+        if rel.startswith("colab/"):
+            continue  # tools/colab_copies.py writes them from repository.url and html.baseurl
         if path.suffix == ".ipynb":
             nb = nbformat.read(path, as_version=4)
             texts = [c.source for c in nb.cells if not setup_cell.is_setup_cell(c)]
