@@ -280,10 +280,32 @@ def test_widget_controls_move_by_keyboard_and_change_the_picture(server, browser
     page, problems = browser.open(f"{server}/{docname}.html")
     try:
         drive_every_control(page)
+        assert not page.evaluate(CUT_LABELS), f"{docname}: control labels cut off"
+        stand_ins = page.evaluate(PLACEHOLDERS)
+        assert stand_ins and all(p["described"] and not p["shown"] for p in stand_ins), (
+            f"{docname}: each explorer's first picture is in the page, described, and gives "
+            f"way to the live explorer: {stand_ins}")
         assert not problems, "\n".join(problems)
         assert not browser.outside, f"requests that left the machine: {browser.outside}"
     finally:
         page.close()
+
+
+# The description of a visible control whose text does not fit its box ("temperat…").
+CUT_LABELS = """() => Array.from(document.querySelectorAll('.cell_output .widget-label'))
+    .filter(l => l.getClientRects().length && l.textContent.trim()
+                 && l.scrollWidth > l.clientWidth + 1).map(l => l.textContent.trim())"""
+
+# Per widget output: its first picture written into the page (_ext/explorer_placeholders.py),
+# whether it has alt text (or is a text frame) and whether it is still shown.
+PLACEHOLDERS = """() => Array.from(document.querySelectorAll(
+        'script[type="application/vnd.jupyter.widget-view+json"]')).map(view => {
+    const p = view.parentElement.querySelector('.explorer-placeholder');
+    return {found: !!p, shown: !!p && p.getClientRects().length > 0,
+            described: !!p && (p.tagName === 'IMG' ? (p.alt || '').length > 20
+                                                   : p.textContent.trim().length > 0),
+            loaded: !!p && (p.tagName !== 'IMG' || p.naturalWidth > 0)};
+})"""
 
 
 def drive_every_control(page) -> None:

@@ -2,7 +2,8 @@
 readouts that looked editable and were announced as an index, the contents drawer that stayed
 open after a tap, formulas as tab stops, solution bars whose title followed its link instead
 of opening, the language link as two empty boxes, the notation table squeezed on a phone,
-self-check answers all called "Answer", and code boxes with no sign that they scroll.
+self-check answers all called "Answer", code boxes with no sign that they scroll, and explorers
+that were blank until 3.6 MB of script had run.
 
 Runs on the built book with the browser of ``test_browser.py`` (its fixtures and helpers).
 """
@@ -12,6 +13,7 @@ import pytest
 import test_browser as english
 from test_browser import (
     PHONE,
+    PLACEHOLDERS,
     _centre,
     _drawer_open,
     _only_visible,
@@ -184,5 +186,28 @@ def test_a_code_box_wider_than_a_phone_shows_that_it_scrolls(server, browser):
             document.querySelector('div.highlight pre.scroll-more-right')).maskImage""")
         assert mask.startswith("linear-gradient"), mask
         assert not problems, "\n".join(problems)
+    finally:
+        page.close()
+
+
+def test_an_explorer_shows_its_first_picture_before_its_scripts_run(server, browser):
+    """The widget scripts are deferred, and until they have drawn the explorers (here: never,
+    their manager is not served) each explorer's place shows its first frame, loaded and
+    described, at the width of the column."""
+    page = browser.context.new_page()
+    page.route("**/embed-amd.js*", lambda route: route.abort())
+    try:
+        page.goto(f"{server}/chapters/01_attention.html", wait_until="load")
+        deferred = page.evaluate("""() => Array.from(document.querySelectorAll('script[src]'))
+            .filter(s => /widgets\\//.test(s.src)).map(s => s.defer)""")
+        assert deferred == [True, True, True], deferred
+        stand_ins = page.evaluate(PLACEHOLDERS)
+        assert stand_ins and all(p["found"] and p["shown"] and p["described"] and p["loaded"]
+                                 for p in stand_ins), stand_ins
+        width = page.evaluate("""() => {
+            const img = document.querySelector('img.explorer-placeholder');
+            return [img.getBoundingClientRect().width,
+                    img.closest('.cell_output').getBoundingClientRect().width]; }""")
+        assert 0.5 * width[1] <= width[0] <= width[1] + 1, width
     finally:
         page.close()

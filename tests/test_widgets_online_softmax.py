@@ -158,7 +158,7 @@ def test_controls_wrap_start_where_the_arrow_keys_change_the_picture(small):
     assert list(c) == ["tile", "step"]
     assert isinstance(c["tile"], widgets.SelectionSlider) and isinstance(c["step"], widgets.IntSlider)
     assert [value for _, value in c["tile"].options] == list(TILES)
-    assert (c["step"].min, c["step"].max, c["step"].value, c["tile"].index) == (0, N_STEPS - 1, 0, 0)
+    assert (c["step"].min, c["step"].max, c["step"].value, c["tile"].index) == (0, N_STEPS - 1, 2, 0)
     row = next(w for w in every_widget(small) if isinstance(w, widgets.Box)
                and c["tile"] in w.children)
     assert list(row.children) == list(c.values()) and row.layout.flex_flow == "row wrap"

@@ -174,7 +174,7 @@ def test_controls_start_at_temperature_one_and_move_by_keyboard(explorer):
     for control in c.values():
         assert isinstance(control, widgets.SelectionSlider) and control.description
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
-        assert control.style.description_width == "80px"
+        assert control.style.description_width == "96px"  # wide enough for "temperature"
     assert isinstance(explorer, W.SamplingExplorer) and isinstance(explorer, W.Explorer)
     frames = images(explorer)
     assert {leaf.layout.max_width for leaf in frames} == {f"{_png_width(_frame(explorer, 0, 0, 0))}px"}

@@ -112,7 +112,7 @@ def _bar(label: str, n_bytes: int, largest: int, colour: str) -> str:
     """One labelled horizontal bar, as long as ``n_bytes`` is against ``largest``."""
     width = max(100 * n_bytes / largest, 0.4)
     return (f'<div style="display:flex;align-items:center;gap:6px">'
-            f'<span style="flex:0 0 4.6em">{label}</span>'
+            f'<span style="flex:0 0 5.4em;white-space:nowrap">{label}</span>'
             f'<span style="flex:1 1 0" aria-hidden="true"><span style="display:block;'
             f'height:14px;width:{width:.1f}%;background:{colour}"></span></span>'
             f'<span style="flex:0 0 5.6em;text-align:right">{_amount(n_bytes)}</span></div>')

@@ -26,6 +26,7 @@ from transformer_lib.widgets.frames import (
 
 ONLINE_FRAME = (6.0, 6.4)  #: inches: three panels, one above the other
 UNSEEN = "#d9d9d9"  #: the keys not read yet
+OPENING_STEP = 2  #: the explorer opens on this many tiles read (step 0 has nothing to show)
 
 
 class OnlineSteps(NamedTuple):
@@ -226,8 +227,9 @@ def online_softmax_explorer(*, n_keys: int = 24, tile_sizes: Sequence[int] = (3,
     controls = {
         "tile": widgets.SelectionSlider(options=[(str(b), b) for b in sizes],
                                         description="tile size", style=style),
-        "step": widgets.IntSlider(0, min=0, max=n_steps - 1, description="tiles read",
-                                  style=style),
+        # Opens on two tiles read: the first frame (nothing read) has empty panels.
+        "step": widgets.IntSlider(min(OPENING_STEP, n_steps - 1), min=0, max=n_steps - 1,
+                                  description="tiles read", style=style),
     }
     picture, links = _linked_pictures(frames, [(controls["tile"], "index"),
                                                (controls["step"], "value")])

@@ -186,7 +186,7 @@ def _selection(name: str, values: Sequence, start: int) -> widgets.SelectionSlid
 
     return widgets.SelectionSlider(options=[(label(v), i) for i, v in enumerate(values)],
                                    index=start, description=name,
-                                   style={"description_width": "80px"})
+                                   style={"description_width": "96px"})  # "temperature" whole
 
 
 @torch.no_grad()
