@@ -15,9 +15,11 @@ from transformer_lib.plotting import (
     layer_structures,
     norm_placement,
     phone_text_px,
+    rope_pairings,
     speculative_steps,
     state_and_cache,
 )
+from transformer_lib.positional import pair_channels
 
 # Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
 pytestmark = pytest.mark.figures
@@ -192,3 +194,24 @@ def test_state_and_cache_grow_the_cache_by_one_row_per_token_and_keep_the_state(
     assert _min_text_px(fig, ax) >= 9
     with pytest.raises(ValueError, match="n_steps"):
         state_and_cache(1)
+
+
+@pytest.mark.parametrize("head_dim", [2, 8, 12])
+def test_rope_pairings_join_the_channels_pair_channels_pairs(head_dim):
+    fig, ax = rope_pairings(head_dim)
+    boxes = {p.get_gid(): p for p in ax.patches if " channel " in (p.get_gid() or "")}
+    arcs = {p.get_gid(): p for p in ax.patches if " pair " in (p.get_gid() or "")}
+    for pairing in ("interleaved", "half"):
+        assert {g for g in boxes if g.startswith(pairing)} == {
+            f"{pairing} channel {c}" for c in range(head_dim)}
+        for i in range(head_dim // 2):
+            a, b = pair_channels(i, head_dim, pairing)
+            arc = arcs[f"{pairing} pair {i}"]
+            ends = sorted(round(x - 2.6) for x, _ in (arc._posA_posB or []))
+            assert ends == [a, b]  # the arc joins the two channels of the pair
+            first, second = boxes[f"{pairing} channel {a}"], boxes[f"{pairing} channel {b}"]
+            assert tuple(first.get_facecolor()) == tuple(second.get_facecolor())
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+    with pytest.raises(ValueError, match="head_dim"):
+        rope_pairings(7)

@@ -657,7 +657,7 @@ PUBLIC_NAMES = [
     "score_variance", "scaling_curve", "compare_runs", "grouped_bars", "memory_curves",
     "flash_tiling", "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow",
     "head_split_flow", "encoder_decoder_flow", "norm_placement", "speculative_steps",
-    "state_and_cache",
+    "state_and_cache", "rope_pairings",
 ]
 
 
@@ -680,7 +680,8 @@ def test_the_package_exports_every_name_from_one_place():
              "flash_tiling": tiling, "mla_data_flow": mla, "layer_structures": diagrams,
              "gqa_heads": diagrams, "attention_flow": flows, "head_split_flow": flows,
              "encoder_decoder_flow": flows, "norm_placement": diagrams,
-             "speculative_steps": diagrams, "state_and_cache": diagrams}
+             "speculative_steps": diagrams, "state_and_cache": diagrams,
+             "rope_pairings": diagrams}
     for name, module in homes.items():
         assert getattr(plotting, name) is getattr(module, name)
     assert plotting.MAX_WIDTH == style.MAX_WIDTH == 7.5 and style.DPI == 100

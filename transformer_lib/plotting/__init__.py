@@ -37,6 +37,7 @@ from transformer_lib.plotting.diagrams import (
     gqa_heads,
     layer_structures,
     norm_placement,
+    rope_pairings,
     speculative_steps,
     state_and_cache,
 )
@@ -83,5 +84,6 @@ __all__ = [
     "flash_tiling",
     # diagrams
     "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow", "head_split_flow",
-    "encoder_decoder_flow", "norm_placement", "speculative_steps", "state_and_cache",
+    "encoder_decoder_flow", "norm_placement", "rope_pairings", "speculative_steps",
+    "state_and_cache",
 ]

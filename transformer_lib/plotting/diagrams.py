@@ -351,3 +351,53 @@ def state_and_cache(n_steps: int = 5, *, ax: Axes | None = None) -> tuple[Figure
     ax.set_ylim(-0.05, 2.95)
     ax.axis("off")
     return fig, ax
+
+
+def rope_pairings(head_dim: int = 8, *, ax: Axes | None = None) -> tuple[Figure, Axes]:
+    """The two ways RoPE pairs the channels of a head: interleaved, channel 2i with 2i + 1,
+    and split-half, channel i with i + D/2 (:func:`transformer_lib.positional.pair_channels`).
+    The two channels of pair i share a colour and an arc, and turn by the same angle.
+
+    Args:
+        head_dim: D, the channels drawn (an even number, 2 to 12).
+        ax: Axes to draw on; a new 5.4 x 2.3 inch figure is created when None.
+
+    Returns:
+        (fig, ax). Channel boxes have gids ``"<pairing> channel c"``, the arcs
+        ``"<pairing> pair i"`` for ``pairing`` in ``"interleaved"`` and ``"half"``.
+    """
+    from transformer_lib.positional import pair_channels
+
+    if head_dim % 2 or not 2 <= head_dim <= 12:
+        raise ValueError(f"head_dim ({head_dim}) must be even and in 2 ... 12")
+    fig, ax = new_axes(ax, figsize=(5.4, 2.3))
+    colours = [BLUE, ORANGE, PURPLE, SKY_BLUE, GREY, BLACK]
+    rows = {"interleaved": (1.75, "interleaved:\n$(2i,\\ 2i+1)$"),
+            "half": (0.35, "split-half:\n$(i,\\ i + D/2)$")}
+    x0 = 2.6
+    for pairing, (y, label) in rows.items():
+        ax.text(0.05, y + 0.25, label, ha="left", va="center", fontsize=VALUE_SIZE,
+                linespacing=1.2)
+        for i in range(head_dim // 2):
+            a, b = pair_channels(i, head_dim, pairing)
+            colour = colours[i % len(colours)]
+            for c in (a, b):
+                box = FancyBboxPatch((x0 + c - 0.4, y), 0.8, 0.5, boxstyle="square,pad=0",
+                                     lw=1.0, edgecolor=BLACK,
+                                     facecolor=(*_rgb(colour), _FILL_ALPHA))
+                box.set_gid(f"{pairing} channel {c}")
+                ax.add_patch(box)
+                ax.text(x0 + c, y + 0.25, str(c), ha="center", va="center",
+                        fontsize=VALUE_SIZE)
+            rad = -0.45 if b - a == 1 else -0.25
+            arc = FancyArrowPatch((x0 + a, y + 0.5), (x0 + b, y + 0.5), arrowstyle="-",
+                                  connectionstyle=f"arc3,rad={rad}", lw=1.4, color=colour,
+                                  shrinkA=0, shrinkB=0)
+            arc.set_gid(f"{pairing} pair {i}")
+            ax.add_patch(arc)
+    ax.text(x0 + (head_dim - 1) / 2, -0.05, "channels of one head; a pair turns by one angle",
+            ha="center", va="top", fontsize=VALUE_SIZE, color=GREY)
+    ax.set_xlim(0, x0 + head_dim - 0.3)
+    ax.set_ylim(-0.45, 2.6)
+    ax.axis("off")
+    return fig, ax
