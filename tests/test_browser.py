@@ -373,7 +373,7 @@ MIN_SHAPE_COMMENTS_SEEN = 0.9  # of a page's shape comments, on show at 390 px
 
 # Where the four parts of a chapter's first screen start, in px from the top of the page: the
 # title (h1), the lede (the first paragraph after it), the picture (the first img or svg of
-# a cell's output) and the objectives (the first item of the first list that follows a
+# a cell's output at least 120 px wide: not a copy button's icon) and the objectives (the first item of the first list that follows a
 # paragraph of bold text alone, "After this page you can", in every language).
 FIRST_SCREEN_JS = """() => {
     const top = e => e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : null;
@@ -381,7 +381,8 @@ FIRST_SCREEN_JS = """() => {
     const h1 = document.querySelector('article h1');
     const lede = document.querySelector('article h1 ~ p');
     const picture = Array.from(document.querySelectorAll(
-        'article .cell_output img, article .cell_output svg')).find(shown);
+        'article .cell_output img, article .cell_output svg')).find(e => shown(e) &&
+        !e.closest('button, .copybtn') && e.getBoundingClientRect().width >= 120);
     const heading = Array.from(document.querySelectorAll('article p')).find(p =>
         p.children.length === 1 && p.firstElementChild.tagName === 'STRONG' &&
         p.textContent.trim() === p.firstElementChild.textContent.trim() &&
