@@ -393,6 +393,37 @@ _SHAPE_COMMENTS = """() => {
 MIN_SHAPE_COMMENTS_SEEN = 0.9  # of a page's shape comments, on show at 390 px
 
 
+# Where the four parts of a chapter's first screen start, in px from the top of the page: the
+# title (h1), the lede (the first paragraph after it), the picture (the first img or svg of
+# a cell's output at least 120 px wide: not a copy button's icon) and the objectives (the first item of the first list that follows a
+# paragraph of bold text alone, "After this page you can", in every language).
+FIRST_SCREEN_JS = """() => {
+    const top = e => e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : null;
+    const shown = e => e.getClientRects().length > 0;
+    const h1 = document.querySelector('article h1');
+    const lede = document.querySelector('article h1 ~ p');
+    const picture = Array.from(document.querySelectorAll(
+        'article .cell_output img, article .cell_output svg')).find(e => shown(e) &&
+        !e.closest('button, .copybtn') && e.getBoundingClientRect().width >= 120);
+    const heading = Array.from(document.querySelectorAll('article p')).find(p =>
+        p.children.length === 1 && p.firstElementChild.tagName === 'STRONG' &&
+        p.textContent.trim() === p.firstElementChild.textContent.trim() &&
+        p.nextElementSibling && p.nextElementSibling.tagName === 'UL');
+    const first = heading ? heading.nextElementSibling.querySelector('li') : null;
+    return {title: top(h1), lede: top(lede), picture: top(picture), objectives: top(first)};
+}"""
+FIRST_LINE = 24  # px: the objectives' first line must be whole on the screen
+
+
+def first_screen_problems(found: dict, height: int) -> list[str]:
+    """What a first screen ``height`` px tall misses of the title, the lede, the picture and
+    the objectives' first line (see ``FIRST_SCREEN_JS``)."""
+    problems = [f"no {part}" for part, at in found.items() if at is None]
+    problems += [f"{part} starts at {at} px" for part, at in found.items()
+                 if at is not None and at + (FIRST_LINE if part == "objectives" else 0) > height]
+    return problems
+
+
 @functools.lru_cache(maxsize=None)
 def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
     """What the phone tests look at on one page, measured once per page (the page is loaded
@@ -415,6 +446,7 @@ def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
         found["pictures"] = page.eval_on_selector_all(
             ".cell_output img",
             "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
+        found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
         found["shape_comments"] = page.evaluate(_SHAPE_COMMENTS)
         found["problems_at_390"] = list(problems)
         _unfold(page)
@@ -712,6 +744,7 @@ def _measure_on_a_desktop(base: str, docname: str, browser) -> dict:
         broken = _wait_for_images(page)
         page.wait_for_timeout(300)  # late console messages
         found = page.evaluate(_DESKTOP_MEASURES) | page.evaluate(_PAGE_MEASURES)
+        found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
         found.update(broken=broken, problems=list(problems), outside=list(browser.outside))
         return found
     finally:
@@ -741,6 +774,26 @@ def test_a_chapter_reaches_its_first_section_within_a_screen_and_a_half(server, 
     top = _measure_on_a_desktop(server, docname, browser)["firstSection"]
     assert top is not None, f"{docname} has no section heading (h2)"
     assert top <= MAX_FIRST_SECTION_TOP, f"{docname}: first section at {top} px"
+
+
+@pytest.mark.parametrize("docname", CHAPTER_PAGES)
+def test_first_screen_shows_title_lede_picture_and_objectives_on_a_desktop(server, browser,
+                                                                           docname):
+    """At 1366 × 900 a chapter page's first screen shows its title, its one-sentence lede, a
+    picture and the first line of its objectives (measured in the desktop crawl)."""
+    found = _measure_on_a_desktop(server, docname, browser)["first_screen"]
+    problems = first_screen_problems(found, DESKTOP["height"])
+    assert not problems, f"{docname} at 1366 × 900: {problems} ({found})"
+
+
+@pytest.mark.parametrize("docname", CHAPTER_PAGES)
+def test_first_screen_shows_title_lede_picture_and_objectives_on_a_phone(server, browser,
+                                                                         docname):
+    """At 390 × 844 the same four parts start on the first screen (measured in the phone
+    crawl, :func:`_measure_on_a_phone`)."""
+    found = _measure_on_a_phone(server, docname, browser)["first_screen"]
+    problems = first_screen_problems(found, PHONE["height"])
+    assert not problems, f"{docname} at 390 × 844: {problems} ({found})"
 
 
 def test_pages_have_a_favicon_that_is_served(server, browser):

@@ -9,7 +9,17 @@ import pytest
 import torch
 
 from transformer_lib.attention import repeat_kv
-from transformer_lib.plotting import FIGURE_WIDTH, gqa_heads, layer_structures, phone_text_px
+from transformer_lib.plotting import (
+    FIGURE_WIDTH,
+    gqa_heads,
+    layer_structures,
+    norm_placement,
+    phone_text_px,
+    rope_pairings,
+    speculative_steps,
+    state_and_cache,
+)
+from transformer_lib.positional import pair_channels
 
 # Draws figures or explorer frames, seconds of CPU each: `make test` runs them, `make check` not.
 pytestmark = pytest.mark.figures
@@ -128,3 +138,80 @@ def test_encoder_decoder_flow_feeds_the_memory_into_cross_attention_as_keys_and_
     assert end[0] <= cross.get_x() + 0.05
     assert q.get_path().vertices[-1][1] <= cross.get_y() + 0.05  # Q comes from below
     assert fig.get_figwidth() <= FIGURE_WIDTH and _min_text_px(fig, ax) >= 9
+
+
+def test_norm_placement_puts_the_norm_after_the_sum_or_before_the_sublayer():
+    fig, ax = norm_placement()
+    gids = _gids(ax)
+    post = [g.split(": ", 1)[1] for g in gids if g.startswith("post-norm (2017): ")]
+    pre = [g.split(": ", 1)[1] for g in gids if g.startswith("pre-norm (since): ")]
+    # bottom to top: post-norm normalises the sum, pre-norm the sublayer's input only
+    assert post == ["sublayer", "+", "LayerNorm", "residual 0->1"]
+    assert pre == ["LayerNorm", "sublayer", "+", "residual 0->2"]
+    ys = {g: p.get_center()[1] if hasattr(p, "get_center") else p.get_y()
+          for p in ax.patches if (g := p.get_gid()) and "residual" not in g}
+    assert ys["post-norm (2017): +"] < ys["post-norm (2017): LayerNorm"]
+    assert ys["pre-norm (since): LayerNorm"] < ys["pre-norm (since): sublayer"]
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+
+
+@pytest.mark.parametrize("n_draft, n_accepted", [(4, 2), (3, 0), (3, 3), (1, 1)])
+def test_speculative_steps_keep_the_accepted_drafts_then_one_token_of_the_large_model(
+        n_draft, n_accepted):
+    fig, ax = speculative_steps(n_draft, n_accepted)
+    gids = set(_gids(ax))
+    assert {f"draft {i}" for i in range(n_draft)} <= gids and "verify" in gids
+    kept = {g for g in gids if g.startswith("keep ")}
+    dropped = {g for g in gids if g.startswith("drop ")}
+    new = {g for g in gids if g.startswith("resample ") or g == "bonus"}
+    assert kept == {f"keep {i}" for i in range(n_accepted)}
+    assert dropped == {f"drop {i}" for i in range(n_accepted + 1, n_draft)}
+    assert len(new) == 1  # every round emits n_accepted + 1 tokens
+    assert any(t.get_text().endswith(f"round: {n_accepted + 1}") for t in ax.texts)
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+
+
+@pytest.mark.parametrize("n_draft, n_accepted", [(0, 0), (7, 1), (3, 4), (3, -1)])
+def test_speculative_steps_rejects_counts_it_cannot_draw(n_draft, n_accepted):
+    with pytest.raises(ValueError, match="n_draft"):
+        speculative_steps(n_draft, n_accepted)
+
+
+def test_state_and_cache_grow_the_cache_by_one_row_per_token_and_keep_the_state():
+    n = 5
+    fig, ax = state_and_cache(n)
+    rows = {t: sum(1 for g in _gids(ax) if g.startswith(f"cache {t} row ")) for t in range(1, n + 1)}
+    assert rows == {t: t for t in range(1, n + 1)}  # (t, D) after t tokens
+    states = [p for p in ax.patches if (p.get_gid() or "").startswith("state ")
+              and "->" not in p.get_gid()]
+    assert len(states) == n
+    assert len({(round(p.get_width(), 9), round(p.get_height(), 9)) for p in states}) == 1
+    labels = [t.get_text() for t in ax.texts]
+    assert labels.count("(D, D)") == n and "(5, D)" in labels
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+    with pytest.raises(ValueError, match="n_steps"):
+        state_and_cache(1)
+
+
+@pytest.mark.parametrize("head_dim", [2, 8, 12])
+def test_rope_pairings_join_the_channels_pair_channels_pairs(head_dim):
+    fig, ax = rope_pairings(head_dim)
+    boxes = {p.get_gid(): p for p in ax.patches if " channel " in (p.get_gid() or "")}
+    arcs = {p.get_gid(): p for p in ax.patches if " pair " in (p.get_gid() or "")}
+    for pairing in ("interleaved", "half"):
+        assert {g for g in boxes if g.startswith(pairing)} == {
+            f"{pairing} channel {c}" for c in range(head_dim)}
+        for i in range(head_dim // 2):
+            a, b = pair_channels(i, head_dim, pairing)
+            arc = arcs[f"{pairing} pair {i}"]
+            ends = sorted(round(x - 2.6) for x, _ in (arc._posA_posB or []))
+            assert ends == [a, b]  # the arc joins the two channels of the pair
+            first, second = boxes[f"{pairing} channel {a}"], boxes[f"{pairing} channel {b}"]
+            assert tuple(first.get_facecolor()) == tuple(second.get_facecolor())
+    assert fig.get_figwidth() <= FIGURE_WIDTH
+    assert _min_text_px(fig, ax) >= 9
+    with pytest.raises(ValueError, match="head_dim"):
+        rope_pairings(7)

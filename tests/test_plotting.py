@@ -656,7 +656,8 @@ PUBLIC_NAMES = [
     "positional_heatmap", "rope_rotation", "position_curves", "lr_schedule", "loss_curve",
     "score_variance", "scaling_curve", "compare_runs", "grouped_bars", "memory_curves",
     "flash_tiling", "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow",
-    "head_split_flow", "encoder_decoder_flow",
+    "head_split_flow", "encoder_decoder_flow", "norm_placement", "speculative_steps",
+    "state_and_cache", "rope_pairings",
 ]
 
 
@@ -678,7 +679,9 @@ def test_the_package_exports_every_name_from_one_place():
              "compare_runs": curves, "memory_curves": curves, "RUN_COLOURS": style,
              "flash_tiling": tiling, "mla_data_flow": mla, "layer_structures": diagrams,
              "gqa_heads": diagrams, "attention_flow": flows, "head_split_flow": flows,
-             "encoder_decoder_flow": flows}
+             "encoder_decoder_flow": flows, "norm_placement": diagrams,
+             "speculative_steps": diagrams, "state_and_cache": diagrams,
+             "rope_pairings": diagrams}
     for name, module in homes.items():
         assert getattr(plotting, name) is getattr(module, name)
     assert plotting.MAX_WIDTH == style.MAX_WIDTH == 7.5 and style.DPI == 100

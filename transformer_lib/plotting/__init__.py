@@ -33,7 +33,14 @@ from transformer_lib.plotting.curves import (
     scaling_curve,
     score_variance,
 )
-from transformer_lib.plotting.diagrams import gqa_heads, layer_structures
+from transformer_lib.plotting.diagrams import (
+    gqa_heads,
+    layer_structures,
+    norm_placement,
+    rope_pairings,
+    speculative_steps,
+    state_and_cache,
+)
 from transformer_lib.plotting.flows import attention_flow, encoder_decoder_flow, head_split_flow
 from transformer_lib.plotting.mla import mla_data_flow
 from transformer_lib.plotting.positions import (
@@ -77,5 +84,6 @@ __all__ = [
     "flash_tiling",
     # diagrams
     "mla_data_flow", "layer_structures", "gqa_heads", "attention_flow", "head_split_flow",
-    "encoder_decoder_flow",
+    "encoder_decoder_flow", "norm_placement", "rope_pairings", "speculative_steps",
+    "state_and_cache",
 ]

@@ -1,5 +1,6 @@
-"""Drawn diagrams: the three layer structures side by side, and how grouped-query attention
-shares key/value heads.
+"""Drawn diagrams: the three layer structures side by side, how grouped-query attention
+shares key/value heads, where the norm sits in a residual block, one round of speculative
+decoding, and what attention and linear attention keep per token.
 
 Boxes, circles and arrows are matplotlib patches, so a diagram renders the same in the book
 (SVG), in Jupyter and in Colab. Boxes are coloured by kind (attention, norm, feed-forward,
@@ -193,5 +194,210 @@ def gqa_heads(n_heads: int = 8, n_kv_heads: int = 2, *,
             ha="center", va="bottom", fontsize=TITLE_SIZE)
     ax.set_xlim(-0.2, 9.3)
     ax.set_ylim(0.05, 2.45)
+    ax.axis("off")
+    return fig, ax
+
+
+#: The two places of the norm in a residual block, bottom to top (as :data:`LAYERS`).
+NORM_PLACES = {
+    "post-norm (2017)": ([("sublayer", "attention"), ("+", "sum"), ("LayerNorm", "norm")],
+                         [(0, 1)]),
+    "pre-norm (since)": ([("LayerNorm", "norm"), ("sublayer", "attention"), ("+", "sum")],
+                         [(0, 2)]),
+}
+
+
+def norm_placement(*, ax: Axes | None = None) -> tuple[Figure, Axes]:
+    """Where the norm sits in a residual block: after the residual sum (post-norm, the 2017
+    Transformer), or before the sublayer (pre-norm, most models since), input at the bottom;
+    grey arrows are the residual paths.
+
+    Args:
+        ax: Axes to draw on; a new 5.4 x 2.7 inch figure is created when None.
+
+    Returns:
+        (fig, ax). Boxes have gids ``"<column>: <label>"`` and the residual paths
+        ``"<column>: residual i->j"`` (items counted from the bottom), as in
+        :func:`layer_structures`.
+    """
+    fig, ax = new_axes(ax, figsize=(5.4, 2.7))
+    top = 2.42
+    notes = ("the norm sits on the stream", "the stream skips every norm")
+    for x, (title, (items, residuals)), note in zip((0.75, 2.25), NORM_PLACES.items(), notes):
+        _column(ax, x, title, items, residuals, top)
+        ax.text(x, 0.22, note, ha="center", va="top", fontsize=VALUE_SIZE, color=GREY)
+    ax.set_xlim(0.0, 3.0)
+    ax.set_ylim(-0.1, top + 0.3)
+    ax.set_aspect("auto")
+    ax.axis("off")
+    return fig, ax
+
+
+def _token(ax: Axes, x: float, y: float, label: str, colour: str, gid: str, *,
+           width: float = 0.94, dashed: bool = False) -> None:
+    """A token's box centred at ``(x, y)``, ``width`` x 0.42 data units."""
+    patch = FancyBboxPatch((x - width / 2, y - 0.21), width, 0.42,
+                           boxstyle="round,pad=0,rounding_size=0.06", lw=1.0,
+                           facecolor=(*_rgb(colour), _FILL_ALPHA), edgecolor=BLACK,
+                           linestyle="--" if dashed else "-")
+    patch.set_gid(gid)
+    ax.add_patch(patch)
+    ax.text(x, y, label, ha="center", va="center", fontsize=VALUE_SIZE)
+
+
+def speculative_steps(n_draft: int = 4, n_accepted: int = 2, *,
+                      ax: Axes | None = None) -> tuple[Figure, Axes]:
+    """One round of speculative decoding: a small model drafts ``n_draft`` tokens one by one,
+    the large model scores all of them in one forward pass, the first ``n_accepted`` are kept,
+    the next is replaced by a token resampled from the large model, and the rest are dropped
+    (when every draft is kept, the pass adds one more token of its own).
+
+    Args:
+        n_draft: k, the tokens drafted per round (1 to 6).
+        n_accepted: how many drafts the large model accepts (0 to ``n_draft``).
+        ax: Axes to draw on; a new 5.4 x 2.4 inch figure is created when None.
+
+    Returns:
+        (fig, ax). The drafts have gids ``"draft i"``, the large model's pass ``"verify"``,
+        and the outcomes ``"keep i"``, ``"resample i"``, ``"drop i"`` or ``"bonus"``.
+    """
+    if not 1 <= n_draft <= 6 or not 0 <= n_accepted <= n_draft:
+        raise ValueError(f"n_draft ({n_draft}) must be in 1 ... 6 and n_accepted "
+                         f"({n_accepted}) in 0 ... n_draft")
+    fig, ax = new_axes(ax, figsize=(5.4, 2.4))
+    xs = [3.9 + 1.08 * i for i in range(n_draft + 1)]  # drafts, then the pass's own token
+    ax.text(0.05, 2.3, "small model:\n$k$ = %d drafts,\none by one" % n_draft,
+            ha="left", va="center", fontsize=VALUE_SIZE, linespacing=1.1)
+    _token(ax, 2.75, 2.3, "prompt", GREY, "prompt", width=0.95)
+    for i, x in enumerate(xs[:n_draft]):
+        _token(ax, x, 2.3, f"$d_{i + 1}$", ORANGE, f"draft {i}")
+        _arrow(ax, (x, 2.09), (x, 1.57), gid=f"draft {i} -> verify")
+    verify = FancyBboxPatch((2.27, 1.15), xs[n_draft - 1] + 0.47 - 2.27, 0.42,
+                            boxstyle="round,pad=0,rounding_size=0.06", lw=1.0,
+                            facecolor=(*_rgb(SKY_BLUE), _FILL_ALPHA), edgecolor=BLACK)
+    verify.set_gid("verify")
+    ax.add_patch(verify)
+    ax.text((2.27 + xs[n_draft - 1] + 0.47) / 2, 1.36, "large model: one forward pass",
+            ha="center", va="center", fontsize=VALUE_SIZE)
+    ax.text(0.05, 1.36, "scores every\ndraft at once", ha="left", va="center",
+            fontsize=VALUE_SIZE, linespacing=1.1)
+    ax.text(0.05, 0.45, "emitted this\nround: %d" % (n_accepted + 1), ha="left", va="center",
+            fontsize=VALUE_SIZE, linespacing=1.1)
+    for i, x in enumerate(xs[:n_draft]):
+        _arrow(ax, (x, 1.15), (x, 0.66), gid=f"verify -> {i}")
+        if i < n_accepted:
+            _token(ax, x, 0.45, f"keep $d_{i + 1}$", BLUE, f"keep {i}")
+        elif i == n_accepted:
+            _token(ax, x, 0.45, f"new $t_{i + 1}$", PURPLE, f"resample {i}")
+        else:
+            _token(ax, x, 0.45, "drop", "white", f"drop {i}", dashed=True)
+    if n_accepted == n_draft:
+        _token(ax, xs[n_draft], 0.45, f"new $t_{n_draft + 1}$", PURPLE, "bonus")
+    ax.set_xlim(0, max(xs[n_draft] + 0.5, 8.7))
+    ax.set_ylim(0.1, 2.6)
+    ax.axis("off")
+    return fig, ax
+
+
+def state_and_cache(n_steps: int = 5, *, ax: Axes | None = None) -> tuple[Figure, Axes]:
+    """What attention and linear attention keep while they read a sequence, step by step:
+    attention's KV cache gains one key and one value per token, ``(t, D)`` after t tokens;
+    linear attention keeps one state ``S = S + v kᵀ`` of ``(D, D)``, the same size at every
+    step.
+
+    Args:
+        n_steps: tokens drawn (2 to 8).
+        ax: Axes to draw on; a new 5.4 x 2.5 inch figure is created when None.
+
+    Returns:
+        (fig, ax). The cache after t tokens has gid ``"cache t"`` (its rows ``"cache t row
+        i"``), the state ``"state t"``.
+    """
+    if not 2 <= n_steps <= 8:
+        raise ValueError(f"n_steps ({n_steps}) must be in 2 ... 8")
+    fig, ax = new_axes(ax, figsize=(5.4, 2.5))
+    row, width, gap = 0.16, 0.5, 0.95
+    xs = [2.1 + gap * t for t in range(n_steps)]
+    ax.text(0.05, 1.75, "attention:\nthe KV cache\ngrows", ha="left", va="center",
+            fontsize=VALUE_SIZE, linespacing=1.1)
+    ax.text(0.05, 0.55, "linear attention:\na fixed state", ha="left", va="center",
+            fontsize=VALUE_SIZE, linespacing=1.1)
+    for t, x in enumerate(xs, start=1):
+        ax.text(x, 2.62, f"token {t}", ha="center", va="bottom", fontsize=VALUE_SIZE)
+        for i in range(t):  # one row per cached token, stacked downwards from the top
+            cell = FancyBboxPatch((x - width / 2, 2.45 - (i + 1) * row), width, row,
+                                  boxstyle="square,pad=0", lw=0.6, edgecolor=BLACK,
+                                  facecolor=(*_rgb(ORANGE), _FILL_ALPHA))
+            cell.set_gid(f"cache {t} row {i}")
+            ax.add_patch(cell)
+        frame = FancyBboxPatch((x - width / 2, 2.45 - t * row), width, t * row,
+                               boxstyle="square,pad=0", lw=1.0, fill=False, edgecolor=BLACK)
+        frame.set_gid(f"cache {t}")
+        ax.add_patch(frame)
+        ax.text(x, 2.45 - t * row - 0.05, f"({t}, D)", ha="center", va="top",
+                fontsize=VALUE_SIZE)
+        state = FancyBboxPatch((x - width / 2, 0.3), width, width * 1.0,
+                               boxstyle="square,pad=0", lw=1.0, edgecolor=BLACK,
+                               facecolor=(*_rgb(SKY_BLUE), _FILL_ALPHA))
+        state.set_gid(f"state {t}")
+        ax.add_patch(state)
+        ax.text(x, 0.25, "(D, D)", ha="center", va="top", fontsize=VALUE_SIZE)
+        if t > 1:
+            _arrow(ax, (xs[t - 2] + width / 2 + 0.02, 0.55), (x - width / 2 - 0.02, 0.55),
+                   gid=f"state {t - 1} -> state {t}")
+    ax.text((xs[0] + xs[-1]) / 2, 0.97, r"each token: $S \leftarrow S + v\,k^\top$",
+            ha="center", va="center", fontsize=VALUE_SIZE)
+    ax.set_xlim(0, xs[-1] + 0.4)
+    ax.set_ylim(-0.05, 2.95)
+    ax.axis("off")
+    return fig, ax
+
+
+def rope_pairings(head_dim: int = 8, *, ax: Axes | None = None) -> tuple[Figure, Axes]:
+    """The two ways RoPE pairs the channels of a head: interleaved, channel 2i with 2i + 1,
+    and split-half, channel i with i + D/2 (:func:`transformer_lib.positional.pair_channels`).
+    The two channels of pair i share a colour and an arc, and turn by the same angle.
+
+    Args:
+        head_dim: D, the channels drawn (an even number, 2 to 12).
+        ax: Axes to draw on; a new 5.4 x 2.3 inch figure is created when None.
+
+    Returns:
+        (fig, ax). Channel boxes have gids ``"<pairing> channel c"``, the arcs
+        ``"<pairing> pair i"`` for ``pairing`` in ``"interleaved"`` and ``"half"``.
+    """
+    from transformer_lib.positional import pair_channels
+
+    if head_dim % 2 or not 2 <= head_dim <= 12:
+        raise ValueError(f"head_dim ({head_dim}) must be even and in 2 ... 12")
+    fig, ax = new_axes(ax, figsize=(5.4, 2.3))
+    colours = [BLUE, ORANGE, PURPLE, SKY_BLUE, GREY, BLACK]
+    rows = {"interleaved": (1.75, "interleaved:\n$(2i,\\ 2i+1)$"),
+            "half": (0.35, "split-half:\n$(i,\\ i + D/2)$")}
+    x0 = 2.6
+    for pairing, (y, label) in rows.items():
+        ax.text(0.05, y + 0.25, label, ha="left", va="center", fontsize=VALUE_SIZE,
+                linespacing=1.2)
+        for i in range(head_dim // 2):
+            a, b = pair_channels(i, head_dim, pairing)
+            colour = colours[i % len(colours)]
+            for c in (a, b):
+                box = FancyBboxPatch((x0 + c - 0.4, y), 0.8, 0.5, boxstyle="square,pad=0",
+                                     lw=1.0, edgecolor=BLACK,
+                                     facecolor=(*_rgb(colour), _FILL_ALPHA))
+                box.set_gid(f"{pairing} channel {c}")
+                ax.add_patch(box)
+                ax.text(x0 + c, y + 0.25, str(c), ha="center", va="center",
+                        fontsize=VALUE_SIZE)
+            rad = -0.45 if b - a == 1 else -0.25
+            arc = FancyArrowPatch((x0 + a, y + 0.5), (x0 + b, y + 0.5), arrowstyle="-",
+                                  connectionstyle=f"arc3,rad={rad}", lw=1.4, color=colour,
+                                  shrinkA=0, shrinkB=0)
+            arc.set_gid(f"{pairing} pair {i}")
+            ax.add_patch(arc)
+    ax.text(x0 + (head_dim - 1) / 2, -0.05, "channels of one head; a pair turns by one angle",
+            ha="center", va="top", fontsize=VALUE_SIZE, color=GREY)
+    ax.set_xlim(0, x0 + head_dim - 0.3)
+    ax.set_ylim(-0.45, 2.6)
     ax.axis("off")
     return fig, ax
