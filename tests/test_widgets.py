@@ -11,7 +11,7 @@ from ipywidgets.widgets.widget_link import Link
 from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from PIL import Image
-from widget_support import every_model, every_widget, images, links_of, stacks_by_depth
+from widget_support import every_model, every_widget, images, stacks_by_depth
 
 from transformer_lib import widgets as W
 from transformer_lib.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
@@ -94,9 +94,8 @@ def test_attention_explorer_control_ranges_match_model(explorer, model):
 def test_attention_explorer_every_stack_is_jslinked_to_its_control(explorer):
     c = explorer.controls
     controls = [(c["example"], "value"), (c["layer"], "value"), (c["head"], "value"), (c["step"], "index")]
-    for picture in (explorer.pictures["attention"], explorer.narrow["attention"]):
-        _assert_linked(picture, links_of(picture, explorer.links), controls)
-    assert len(explorer.links) == 2 * (1 + N_EXAMPLES * (1 + 2 * (1 + 2)))  # wide and narrow
+    _assert_linked(explorer.pictures["attention"], explorer.links, controls)
+    assert len(explorer.links) == 1 + N_EXAMPLES * (1 + 2 * (1 + 2))
 
 
 # Reading a frame back: the colour of each heatmap cell, decoded through the colour map ----
@@ -207,8 +206,7 @@ def test_attention_explorer_state_embeds_for_the_static_book(explorer):
     buffers = state[image.model_id]["buffers"]
     assert buffers[0]["path"] == ["value"]
     assert base64.b64decode(buffers[0]["data"]) == image.value
-    # The outermost Stack's link comes last among the picture's.
-    link = state[links_of(stack, explorer.links)[-1].model_id]["state"]
+    link = state[explorer.links[-1].model_id]["state"]  # the outermost Stack's link comes last
     assert link["target"] == [f"IPY_MODEL_{stack.model_id}", "selected_index"]
 
 
@@ -286,23 +284,22 @@ def _png_size(png: bytes) -> tuple[int, int]:
 @pytest.mark.parametrize("name", ["attention", "rope"])
 def test_explorer_pictures_scale_with_the_container(explorer, rope, name):
     """Every frame is shown as wide as the container, never wider than its own pixels (so
-    never blurred by upscaling), with its aspect ratio; the frames of a set share one Layout
-    model."""
+    never blurred by upscaling), with its aspect ratio; the frames share one Layout model."""
     box = explorer if name == "attention" else rope
     frames = [leaf for leaf in images(box) if len(leaf.value)]  # not the empty live picture
     layouts = {id(leaf.layout) for leaf in frames}
-    assert len(frames) > 1 and len(layouts) <= 2  # rope: one per picture; attention: per set
+    assert len(frames) > 1 and len(layouts) <= 2  # rope: one per picture
     for leaf in frames:
         width, height = _png_size(bytes(leaf.value))
         assert leaf.layout.width == "100%" and leaf.layout.height == "auto"
         assert leaf.layout.max_width == f"{width}px"
-        assert 250 <= width <= W.FRAME_WIDTH * W.DPI and height >= 250
+        assert 300 <= width <= W.FRAME_WIDTH * W.DPI and height >= 300
     # One Layout model per frame would add ~120 bytes a frame to the page's widget state.
     stacks = [w for w in every_widget(box) if isinstance(w, widgets.Stack)]
     assert len({id(s.layout) for s in stacks}) <= 4  # rope: one per picture, and its outer Stack
     embedded = embed_data(views=[box], state=dependency_state(box))["manager_state"]["state"]
     n_layouts = sum(state["model_name"] == "LayoutModel" for state in embedded.values())
-    assert n_layouts < 25 < len(frames) + len(stacks)
+    assert n_layouts < 20 < len(frames) + len(stacks)
 
 
 def test_attention_frames_fill_the_content_column_at_the_default_length(model):

@@ -27,12 +27,6 @@ def text_frames(widget: widgets.Widget) -> list[widgets.HTML]:
             if isinstance(w, widgets.HTML) and FRAME_CLASS in w._dom_classes]
 
 
-def links_of(picture: widgets.Widget, links: list) -> list:
-    """The ``jslink`` Links among ``links`` that drive a Stack of ``picture``."""
-    stacks = [w for w in every_widget(picture) if isinstance(w, widgets.Stack)]
-    return [link for link in links if any(link.target == (s, "selected_index") for s in stacks)]
-
-
 def stacks_by_depth(stack: widgets.Stack) -> dict[int, list[widgets.Stack]]:
     """The Stacks nested in ``stack`` (itself at depth 0), by depth, in order."""
     out: dict[int, list[widgets.Stack]] = {}

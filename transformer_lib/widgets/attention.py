@@ -22,20 +22,20 @@ from transformer_lib.plotting.style import DPI, ORANGE
 from transformer_lib.tasks import decode_with_cross_attention, reversal_batch
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
-    NARROW_FONT,
-    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
     _labels,
+    _linked_pictures,
     _picture_layout,
-    _picture_sets,
     _png_width,
     _render_frames,
 )
 
-#: The attention frames are ~750 px wide and shrink to half that on a phone: larger text.
-ATTENTION_FONT = 14
+#: The attention frames are ~750 px wide and shrink to 358 / 748 of that on a phone: text of
+#: 15 pt, ticks 14 pt (19.4 px), stays 9.3 CSS px there. One set of frames serves both widths:
+#: a narrow set would add ~0.9 MB to the chapter's page (2.65 MB in all, over its 2.5 MB).
+ATTENTION_FONT = 15
 #: What the explorer says when it is called without a trained model.
 HOW_TO_GET_A_MODEL = ("train one first, e.g. `model, _ = train_reversal()` (from "
                       "transformer_lib.tasks, under a minute on a CPU), then call "
@@ -63,10 +63,9 @@ class AttentionExplorer(Explorer):
 
 
 def _attention_frames(weights: Tensor, src: Sequence[int], out: Sequence[int], layer: int,
-                      head: int, *, steps: bool = True, narrow: bool = False) -> list[bytes]:
+                      head: int, *, steps: bool = True) -> list[bytes]:
     """PNG frames of one cross-attention map ``weights`` ``(T, S)``, T == S, of the source
     tokens ``src`` (S) decoded into ``out`` (BOS + T tokens; ``out[:T]`` is the decoder input).
-    ``narrow``: the frames for a phone (``NARROW_WIDTH`` wide at most, ``NARROW_FONT``).
 
     Returns:
         Frame 0: all steps; frame ``1 + t``: row t (decoding step t) framed, later rows dimmed.
@@ -79,21 +78,15 @@ def _attention_frames(weights: Tensor, src: Sequence[int], out: Sequence[int], l
     picks = weights.argmax(dim=-1).tolist()  # (T,) source position each step looks at most
     hits = sum(p == m for p, m in zip(picks, mirror))
 
-    # Cells wider than tall, so that a map of the default 8 steps fills the content column;
-    # on a phone, about square cells.
-    if narrow:
-        size = NARROW_FONT
-        figsize = (min(NARROW_WIDTH, 1.6 + 0.3 * S), 1.7 + 0.32 * T)
-    else:
-        size = ATTENTION_FONT
-        figsize = (min(FRAME_WIDTH, 2.2 + 0.66 * S), 1.9 + 0.45 * T)
-    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
+    # Cells wider than tall, so that a map of the default 8 steps fills the content column.
+    fig = Figure(figsize=(min(FRAME_WIDTH, 2.2 + 0.66 * S), 1.9 + 0.45 * T), dpi=DPI,
+                 layout="constrained")
     ax = fig.add_subplot()
     attention_heatmap(weights, [str(x) for x in src], ["BOS"] + [str(y) for y in out[1:T]],
                       ax=ax, reference=reference)
     ax.set_aspect("auto")
-    _labels(ax, "source token", "decoder input", size)
-    fig.axes[-1].tick_params(labelsize=size - 1)  # the colour bar
+    _labels(ax, "source token", "decoder input", ATTENTION_FONT)
+    fig.axes[-1].tick_params(labelsize=ATTENTION_FONT - 1)  # the colour bar
     shade = ax.add_patch(Rectangle((-0.5, 0), S, 0, facecolor="white", alpha=0.7, animated=True))
     frame = ax.add_patch(Rectangle((-0.5, 0), S, 1, fill=False, edgecolor=ORANGE, linewidth=2.5,
                                    animated=True))
@@ -101,14 +94,14 @@ def _attention_frames(weights: Tensor, src: Sequence[int], out: Sequence[int], l
     def draw(k: int) -> list[Artist]:
         if k == 0:
             ax.set_title(f"layer {layer}, head {head}: all steps\n"
-                         f"argmax on the mirror in {hits}/{T} rows", fontsize=size)
+                         f"argmax on the mirror in {hits}/{T} rows", fontsize=ATTENTION_FONT)
             return [ax.title]
         t = k - 1
         frame.set_y(t - 0.5)
         shade.set_bounds(-0.5, t + 0.5, S, T - 1 - t)  # rows t+1 .. T-1
         ax.set_title(f"layer {layer}, head {head}, step {t}: emits {out[t + 1]}\n"
                      f"looks at x[{picks[t]}]={src[picks[t]]}, "
-                     f"mirror x[{mirror[t]}]={src[mirror[t]]}", fontsize=size)
+                     f"mirror x[{mirror[t]}]={src[mirror[t]]}", fontsize=ATTENTION_FONT)
         return [shade, frame, ax.title]
 
     return _render_frames(fig, T + 1 if steps else 1, draw)
@@ -215,11 +208,8 @@ def attention_explorer(model: EncoderDecoder | None = None, *, n_examples: int =
     src, _, _ = reversal_batch(n_examples, seq_len, model.tgt_vocab_size,
                                torch.Generator().manual_seed(seed))  # (n, S)
     out, weights = decode_with_cross_attention(model, src)  # (n, 1 + S), (L, n, H, S, S)
-
-    def frames(narrow: bool) -> list:  # [example][layer][head][step]
-        return [[[_attention_frames(weights[l, e, h], src[e].tolist(), out[e].tolist(), l, h,
-                                    narrow=narrow)
-                  for h in range(H)] for l in range(L)] for e in range(n_examples)]
+    frames = [[[_attention_frames(weights[l, e, h], src[e].tolist(), out[e].tolist(), l, h)
+                for h in range(H)] for l in range(L)] for e in range(n_examples)]
 
     style = {"description_width": "80px"}
     controls = {
@@ -230,10 +220,10 @@ def attention_explorer(model: EncoderDecoder | None = None, *, n_examples: int =
         "step": widgets.SelectionSlider(options=["all"] + [str(t) for t in range(seq_len)],
                                         description="step", style=style),
     }
-    picture, narrow, links = _picture_sets(frames, [(controls["example"], "value"),
-                                                    (controls["layer"], "value"),
-                                                    (controls["head"], "value"),
-                                                    (controls["step"], "index")])
+    picture, links = _linked_pictures(frames, [(controls["example"], "value"),
+                                               (controls["layer"], "value"),
+                                               (controls["head"], "value"),
+                                               (controls["step"], "index")])
     caption = widgets.HTML(
         "<b>Cross-attention of the reversal model.</b> Rows: decoder inputs (BOS, then its own "
         "outputs); columns: source tokens; red boxes: the mirrored diagonal that reversal needs "
@@ -241,8 +231,6 @@ def attention_explorer(model: EncoderDecoder | None = None, *, n_examples: int =
         "dimmed because the decoder has not produced them yet. All pictures are precomputed.")
 
     accordion, live, render_live = _live_extra(model, controls["layer"], controls["head"])
-    shown = [p for p in (picture, narrow) if p is not None]  # wide, or narrow on a phone
-    return AttentionExplorer([caption, _control_row(*controls.values()), *shown, accordion],
-                             controls=controls, pictures={"attention": picture},
-                             narrow={"attention": narrow}, links=links,
+    return AttentionExplorer([caption, _control_row(*controls.values()), picture, accordion],
+                             controls=controls, pictures={"attention": picture}, links=links,
                              live=live, render_live=render_live)

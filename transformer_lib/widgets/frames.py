@@ -24,12 +24,12 @@ about ``PHONE_COLUMN`` (358) CSS px wide, where such a frame's text would shrink
 each picture whose frames are wider than a phone also has a narrow set, drawn by the same
 callback with ``narrow=True`` (``NARROW_WIDTH`` inches, text of ``NARROW_FONT`` points, side
 by side panels one above the other), in a second nest of Stacks driven by the same controls
-(:func:`_picture_sets`). The wide set carries the class ``WIDE_CLASS``, the narrow one
+(``_picture_sets``). The wide set carries the class ``WIDE_CLASS``, the narrow one
 ``NARROW_CLASS`` and is hidden by its own style; the book's stylesheet shows the narrow set
 instead where the explorer (class ``EXPLORER_CLASS``, a CSS size container) is at most 540 px
 wide. Jupyter shows the wide set; the kernel path (no ``Stack``) has the wide set only. Every
 picture knows the smallest text of its frames, in pixels at its natural size (``text_px``),
-measured while they are drawn (:func:`_render_frames`): the tests hold it to
+measured while they are drawn (``_render_frames``): the tests hold it to
 ``PHONE_TEXT_PX`` at a phone's column.
 
 A frame may also be text: a ``str`` of HTML (numbers, a table, bars made of ``div`` s), for
