@@ -448,6 +448,8 @@ def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
             "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
         found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
         found["shape_comments"] = page.evaluate(_SHAPE_COMMENTS)
+        if docname in WIDGET_PAGES:
+            found["explorers"] = _explorer_pictures(page)
         found["problems_at_390"] = list(problems)
         _unfold(page)
         found["clipped"] = {}
@@ -460,6 +462,37 @@ def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
         return found
     finally:
         page.close()
+
+
+# Explorer pictures on show: which set each belongs to (the narrow frames for a phone, the
+# wide ones, or a picture with one set), its natural and shown widths and its alt text; and
+# the smallest font of the text frames on show (HTML, e.g. the KV-cache explorer's bars).
+_EXPLORER_PICTURES = """() => {
+    const shown = e => e.getClientRects().length > 0;
+    const pictures = Array.from(document.querySelectorAll('.cell_output .explorer img'))
+        .filter(shown)
+        .map(i => ({set: i.closest('.explorer-narrow') ? 'narrow'
+                         : i.closest('.explorer-wide') ? 'wide' : 'single',
+                    natural: i.naturalWidth, loaded: i.complete && i.naturalWidth > 0,
+                    shown: i.getBoundingClientRect().width, alt: i.getAttribute('alt') || ''}));
+    const fonts = [];
+    for (const frame of document.querySelectorAll('.cell_output .explorer .explorer-frame')) {
+        if (!shown(frame)) continue;
+        for (const e of [frame, ...frame.querySelectorAll('*')]) {
+            const text = Array.from(e.childNodes).some(
+                n => n.nodeType === Node.TEXT_NODE && n.textContent.trim());
+            if (text && shown(e)) fonts.push(parseFloat(getComputedStyle(e).fontSize));
+        }
+    }
+    return {pictures, smallestTextFrameFont: fonts.length ? Math.min(...fonts) : null};
+}"""
+
+
+def _explorer_pictures(page) -> dict:
+    """:data:`_EXPLORER_PICTURES` once the pictures on show have loaded."""
+    page.wait_for_function("""() => Array.from(document.querySelectorAll(
+        '.cell_output .explorer img')).every(i => i.complete)""", timeout=15000)
+    return page.evaluate(_EXPLORER_PICTURES)
 
 
 @pytest.mark.parametrize("docname", toc_docnames() + ["genindex", "search"])
@@ -479,6 +512,35 @@ def test_page_fits_a_phone(server, browser, docname):
     assert seen >= MIN_SHAPE_COMMENTS_SEEN * comments, (
         f"{docname}: {seen} of {comments} shape comments on show at 390 px")
     assert not found["problems_at_390"], "\n".join(found["problems_at_390"])
+
+
+@pytest.mark.parametrize("docname", WIDGET_PAGES)
+def test_explorers_show_their_narrow_pictures_on_a_phone(server, browser, docname):
+    """At 390 px every explorer picture on show is a narrow frame (or a picture with one set
+    of frames), shown at the scale ``tests/test_widgets_phone.py`` assumes (its natural
+    width, or the phone's column if that is narrower), with its alt text; text frames are
+    9 px or more. At 1366 px the wide frames are on show, not the narrow ones."""
+    from transformer_lib.plotting.style import PHONE_COLUMN, PHONE_TEXT_PX
+
+    for width, found in (("phone", _measure_on_a_phone(server, docname, browser)["explorers"]),
+                         ("desktop", _measure_on_a_desktop(server, docname, browser)["explorers"])):
+        pictures = found["pictures"]
+        if found["smallestTextFrameFont"] is not None:
+            assert found["smallestTextFrameFont"] >= PHONE_TEXT_PX, (
+                f"{docname} ({width}): text frames at {found['smallestTextFrameFont']} px")
+        if not pictures:
+            assert found["smallestTextFrameFont"] is not None, f"{docname}: no explorer on show"
+            continue
+        assert all(p["loaded"] for p in pictures), f"{docname} ({width}): {pictures}"
+        assert all(p["alt"] and p["alt"] != "explorer picture" for p in pictures), (
+            f"{docname} ({width}): pictures without their alt text: {pictures}")
+        sets = {p["set"] for p in pictures}
+        if width == "phone":
+            assert "wide" not in sets, f"{docname}: wide frames on a phone: {pictures}"
+            small = [p for p in pictures if p["shown"] < min(p["natural"], PHONE_COLUMN) - 1]
+            assert not small, f"{docname}: pictures shrunk below their phone scale: {small}"
+        else:
+            assert "narrow" not in sets, f"{docname}: narrow frames on a desktop: {pictures}"
 
 
 # --- Reading: navigation, formulas, figures, the page's chrome -------------------------------
@@ -745,6 +807,8 @@ def _measure_on_a_desktop(base: str, docname: str, browser) -> dict:
         page.wait_for_timeout(300)  # late console messages
         found = page.evaluate(_DESKTOP_MEASURES) | page.evaluate(_PAGE_MEASURES)
         found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
+        if docname in WIDGET_PAGES:
+            found["explorers"] = _explorer_pictures(page)
         found.update(broken=broken, problems=list(problems), outside=list(browser.outside))
         return found
     finally:

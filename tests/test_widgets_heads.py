@@ -131,7 +131,7 @@ def test_one_frame_per_head_count_and_example(explorer):
 def test_every_stack_is_jslinked_to_its_control(explorer):
     c = explorer.controls
     controls = [(c["heads"], "index"), (c["example"], "value")]
-    assert len(explorer.links) == 2 * (1 + len(HEADS))  # the pictures and their texts
+    assert len(explorer.links) == 3 * (1 + len(HEADS))  # wide and narrow pictures, texts
     for name in ("heads", "text"):
         by_depth = stacks_by_depth(explorer.pictures[name])
         assert len(by_depth) == 2 and len(by_depth[1]) == len(HEADS)
@@ -226,7 +226,7 @@ def test_page_weight_under_one_and_a_half_megabytes(explorer):
     state = embed_data(views=[explorer], state=dependency_state(explorer))["manager_state"]["state"]
     frames = [buffer["data"] for model in state.values()
               for buffer in model.get("buffers", []) if buffer["path"] == ["value"]]
-    assert len(frames) == len(HEADS) * N_EXAMPLES
+    assert len(frames) == 2 * len(HEADS) * N_EXAMPLES  # wide and narrow
     weight = sum(len(f) for f in frames)
     assert weight < 1.5e6, f"the explorer adds {weight / 1e6:.2f} MB"
     leaf = explorer.pictures["heads"].children[0].children[0]

@@ -154,7 +154,7 @@ def test_every_stack_is_jslinked_to_its_control(explorer):
     stack = explorer.pictures["profile"]
     by_depth = stacks_by_depth(stack)
     controls = [(c["stack"], "index"), (c["depth"], "index")]
-    assert len(by_depth) == 2 and len(explorer.links) == 1 + len(STACKS)
+    assert len(by_depth) == 2 and len(explorer.links) == 2 * (1 + len(STACKS))  # and narrow
     for depth, stacks in by_depth.items():
         for s in stacks:
             found = [link for link in explorer.links if link.target == (s, "selected_index")]

@@ -140,7 +140,7 @@ def test_every_stack_is_jslinked_to_its_control(small):
     c, stack = small.controls, small.pictures["online"]
     inner = list(stack.children)
     assert all(isinstance(s, widgets.Stack) for s in inner)
-    assert len(small.links) == 1 + len(inner)
+    assert len(small.links) == 2 * (1 + len(inner))  # the wide and the narrow frames
     outer = [link for link in small.links if link.target == (stack, "selected_index")]
     assert len(outer) == 1 and outer[0].source == (c["tile"], "index")
     for s in inner:
@@ -213,7 +213,7 @@ def test_default_explorer_frames_and_page_weight(default):
     assert len(frames) == 3 * 9 and default.tile_sizes == (3, 5, 8)
     state = embed_data(views=[default], state=dependency_state(default))["manager_state"]
     buffers = [b["data"] for s in state["state"].values() for b in s.get("buffers", [])]
-    assert len(buffers) == len(frames)
+    assert len(buffers) == 2 * len(frames)  # the wide and the narrow frames
     weight = sum(map(len, buffers))
     assert weight < 1.5e6, f"the explorer adds {weight / 1e6:.2f} MB"
     width, height = Image.open(io.BytesIO(frames[0])).size

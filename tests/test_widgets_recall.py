@@ -182,7 +182,7 @@ def test_the_gated_curve_falls_as_alpha_falls(small):
 
 def test_every_stack_is_jslinked_to_its_control(small):
     c = small.controls
-    assert len(small.links) == 2 * (1 + len(N_PAIRS))  # the pictures and their texts
+    assert len(small.links) == 3 * (1 + len(N_PAIRS))  # wide and narrow pictures, texts
     for name in ("recall", "text"):
         stack = small.pictures[name]
         inner = list(stack.children)

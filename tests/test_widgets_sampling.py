@@ -83,7 +83,7 @@ def test_every_stack_is_jslinked_to_its_control(explorer):
         by_depth.setdefault(depth, []).append(stack)
         todo += [(s, depth + 1) for s in stack.children if isinstance(s, widgets.Stack)]
     assert [len(v) for _, v in sorted(by_depth.items())] == [1, 2, 4]
-    assert len(explorer.links) == 7
+    assert len(explorer.links) == 2 * 7  # the wide and the narrow frames
     for depth, stacks in by_depth.items():
         for stack in stacks:
             found = [link for link in explorer.links if link.target == (stack, "selected_index")]
@@ -176,7 +176,7 @@ def test_controls_start_at_temperature_one_and_move_by_keyboard(explorer):
         assert control.layout.flex == f"1 1 {W.CONTROL_WIDTH}" and control.layout.min_width == "0"
         assert control.style.description_width == "96px"  # wide enough for "temperature"
     assert isinstance(explorer, W.SamplingExplorer) and isinstance(explorer, W.Explorer)
-    frames = images(explorer)
+    frames = images(explorer.pictures["sampling"])
     assert {leaf.layout.max_width for leaf in frames} == {f"{_png_width(_frame(explorer, 0, 0, 0))}px"}
 
 
@@ -224,7 +224,7 @@ def test_page_weight_of_the_chapter_s_explorer(bundled):
     box = W.sampling_explorer(*bundled, temperatures=(1.0, 1.5))
     state = embed_data(views=[box], state=dependency_state(box))["manager_state"]["state"]
     images = [s for s in state.values() if s["model_name"] == "ImageModel"]
-    assert len(images) == 2 * 3 * 3
+    assert len(images) == 2 * 2 * 3 * 3  # wide and narrow
     embedded = sum(len(b["data"]) for s in images for b in s["buffers"])  # base64 characters
     chapter = embedded * 5 / 2
     assert chapter < 1.5e6, f"the chapter's explorer would add {chapter / 1e6:.2f} MB"

@@ -66,7 +66,7 @@ def test_softmax_explorer_every_stack_is_jslinked_to_its_control(explorer, name)
     by_depth = stacks_by_depth(stack)
     assert len(by_depth) == len(controls)
     assert len(links) == sum(len(stacks) for stacks in by_depth.values()) == 1 + 2
-    assert len(explorer.links) == 2 * len(links)  # the picture's and the text's
+    assert len(explorer.links) == 3 * len(links)  # the picture's (wide, narrow) and the text's
     for depth, stacks in by_depth.items():
         for s in stacks:
             found = [link for link in links if link.target == (s, "selected_index")]

@@ -12,7 +12,10 @@ the picture is text). Each other module holds one chapter's explorer: :mod:`.sof
 Every control can be reached with Tab and moved with the arrow keys (sliders, and a
 ``Dropdown`` where there is a choice of names). The controls sit in rows that wrap, so on a
 narrow screen each takes a full row; the pictures are drawn at about the width of the book's
-content column (``FRAME_WIDTH``) and scale down with the container, never up.
+content column (``FRAME_WIDTH``) and scale down with the container, never up. On a phone,
+where that would shrink their text below 9 px, the book shows a second, narrow set of the
+same frames instead (about 360 px wide, larger text, panels one above the other; the
+explorer's ``narrow`` pictures, driven by the same controls): see :mod:`.frames`.
 
 The Stack-or-kernel switch is ``frames.HAS_STACK`` (``HAS_STACK`` here is its value at
 import). The frame renderers (``_attention_frames``, ``_rope_pair_frames``, …) stay in their

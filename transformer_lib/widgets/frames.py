@@ -19,7 +19,18 @@ controls are used. The path is chosen by capability (``HAS_STACK``), not by gues
 host.
 
 Frames are drawn at most ``FRAME_WIDTH`` inches wide at ``DPI``, the book's content column,
-with the fonts and colours of :mod:`transformer_lib.plotting.style`.
+with the fonts and colours of :mod:`transformer_lib.plotting.style`. A phone shows the column
+about ``PHONE_COLUMN`` (358) CSS px wide, where such a frame's text would shrink to 7-8 px: so
+each picture whose frames are wider than a phone also has a narrow set, drawn by the same
+callback with ``narrow=True`` (``NARROW_WIDTH`` inches, text of ``NARROW_FONT`` points, side
+by side panels one above the other), in a second nest of Stacks driven by the same controls
+(``_picture_sets``). The wide set carries the class ``WIDE_CLASS``, the narrow one
+``NARROW_CLASS`` and is hidden by its own style; the book's stylesheet shows the narrow set
+instead where the explorer (class ``EXPLORER_CLASS``, a CSS size container) is at most 540 px
+wide. Jupyter shows the wide set; the kernel path (no ``Stack``) has the wide set only. Every
+picture knows the smallest text of its frames, in pixels at its natural size (``text_px``),
+measured while they are drawn (``_render_frames``): the tests hold it to
+``PHONE_TEXT_PX`` at a phone's column.
 
 A frame may also be text: a ``str`` of HTML (numbers, a table, bars made of ``div`` s), for
 explorers whose hundreds of combinations are numbers rather than pictures. Its leaves are
@@ -50,6 +61,11 @@ MAX_FRAMES = 600  #: about 6 MB of PNG at ~10 KB a frame
 CONTROL_WIDTH = "280px"  #: preferred width of a control: two to a row of the column, one on a phone
 CONTROL_MAX_WIDTH = "420px"  #: a control alone in its row stops growing here
 FRAME_CLASS = "explorer-frame"  #: the CSS class of every HTML frame (text frames)
+NARROW_WIDTH = 3.6  #: inches: the narrow frames, at DPI about a 390 px phone's column
+NARROW_FONT = 10  #: points: titles and labels of narrow frames; ticks and legends 9
+EXPLORER_CLASS = "explorer"  #: the CSS class of an explorer's box (a CSS size container)
+WIDE_CLASS = "explorer-wide"  #: the CSS class of a picture's wide set of frames
+NARROW_CLASS = "explorer-narrow"  #: the CSS class of a picture's narrow set (phones)
 
 
 class Explorer(widgets.VBox):
@@ -59,20 +75,36 @@ class Explorer(widgets.VBox):
     Attributes:
         controls: name -> control (a slider or a dropdown), in the order shown.
         pictures: name -> picture: nested Stacks of frames, or one Image (HTML for text
-            frames) updated by the kernel where ipywidgets has no ``Stack``.
+            frames) updated by the kernel where ipywidgets has no ``Stack``. A picture of PNG
+            frames has ``text_px``, the smallest text of its frames in pixels at their size.
+        narrow: name -> the narrow set of that picture (nested Stacks, shown instead of the
+            picture on a phone), for the pictures that have one; empty without ``Stack``.
         links: the ``jslink`` Links that drive the Stacks from the controls (none without
             ``Stack``).
     """
 
     controls: dict[str, widgets.Widget]
     pictures: dict[str, widgets.Widget]
+    narrow: dict[str, widgets.Widget]
     links: list[widgets.Widget]
 
     def __init__(self, children: Sequence[widgets.Widget], *,
                  controls: Mapping[str, widgets.Widget], pictures: Mapping[str, widgets.Widget],
-                 links: Sequence[widgets.Widget]) -> None:
+                 links: Sequence[widgets.Widget],
+                 narrow: Mapping[str, widgets.Widget] | None = None) -> None:
         super().__init__(list(children))
         self.controls, self.pictures, self.links = dict(controls), dict(pictures), list(links)
+        self.narrow = {name: n for name, n in (narrow or {}).items() if n is not None}
+        self.add_class(EXPLORER_CLASS)
+
+
+class Frames(list):
+    """The PNG frames of one figure (a list of bytes), with ``text_px``: the size of the
+    smallest text drawn on them, in pixels at the frames' own size."""
+
+    def __init__(self, frames: Sequence[bytes] = (), text_px: float = float("inf")) -> None:
+        super().__init__(frames)
+        self.text_px = text_px
 
 
 def _png(canvas: FigureCanvasAgg) -> bytes:
@@ -85,21 +117,39 @@ def _png(canvas: FigureCanvasAgg) -> bytes:
 
 
 def _render_frames(fig: Figure, n_frames: int,
-                   draw_frame: Callable[[int], list[Artist]]) -> list[bytes]:
+                   draw_frame: Callable[[int], list[Artist]]) -> Frames:
     """Render ``n_frames`` PNGs of ``fig``: its static artists once, then, for frame k, the
     artists returned by ``draw_frame(k)`` on a fresh copy of that background. Artists that
-    change must be created with ``animated=True`` (or, like a title, be blank at first)."""
+    change must be created with ``animated=True`` (or, like a title, be blank at first).
+
+    The renderer notes the size of every piece of text it draws (static or in a frame, ticks,
+    legends and formulas too; blank ones aside): the smallest, in pixels at ``fig``'s DPI, is
+    the result's ``text_px``."""
     canvas = FigureCanvasAgg(fig)
     canvas.draw()  # the first draw settles the constrained layout ...
     fig.set_layout_engine("none")  # ... which is then frozen, so all frames share it
-    canvas.draw()
-    background = canvas.copy_from_bbox(fig.bbox)
-    frames = []
-    for k in range(n_frames):
-        canvas.restore_region(background)
-        for artist in draw_frame(k):
-            fig.draw_artist(artist)
-        frames.append(_png(canvas))
+    renderer = canvas.get_renderer()  # the one every later draw reuses (same size)
+    sizes: list[float] = []
+    draw_text = renderer.draw_text
+
+    def noting_draw_text(gc, x, y, s, prop, angle, *args, **kwargs):
+        if str(s).strip():
+            sizes.append(prop.get_size_in_points())
+        return draw_text(gc, x, y, s, prop, angle, *args, **kwargs)
+
+    renderer.draw_text = noting_draw_text
+    try:
+        canvas.draw()
+        background = canvas.copy_from_bbox(fig.bbox)
+        frames = Frames()
+        for k in range(n_frames):
+            canvas.restore_region(background)
+            for artist in draw_frame(k):
+                fig.draw_artist(artist)
+            frames.append(_png(canvas))
+    finally:
+        del renderer.draw_text  # the class's method again
+    frames.text_px = min(sizes, default=float("inf")) * fig.dpi / 72
     return frames
 
 
@@ -187,13 +237,45 @@ def _kernel_picture(frames: list, controls: Sequence[tuple[widgets.Widget, str]]
     return image, []
 
 
+def _smallest_text_px(frames: list) -> float:
+    """The smallest ``text_px`` of the :class:`Frames` in nested lists (inf if none)."""
+    if isinstance(frames, Frames):
+        return frames.text_px
+    if isinstance(frames, list):
+        return min((_smallest_text_px(f) for f in frames), default=float("inf"))
+    return float("inf")
+
+
 def _linked_pictures(frames: list, controls: Sequence[tuple[widgets.Widget, str]]
                      ) -> tuple[widgets.Widget, list]:
     """The pictures of an explorer: nested Stacks linked in the browser where ipywidgets has
-    ``Stack`` (they work without a kernel), else one Image (or HTML) updated by the kernel."""
-    if HAS_STACK:
-        return _linked_stack(frames, controls)
-    return _kernel_picture(frames, controls)
+    ``Stack`` (they work without a kernel), else one Image (or HTML) updated by the kernel.
+    PNG frames give the picture a ``text_px`` (:class:`Frames`)."""
+    picture, links = (_linked_stack if HAS_STACK else _kernel_picture)(frames, controls)
+    if not isinstance(_first(frames), str):
+        picture.text_px = _smallest_text_px(frames)
+    return picture, links
+
+
+def _picture_sets(render: Callable[[bool], list],
+                  controls: Sequence[tuple[widgets.Widget, str]]
+                  ) -> tuple[widgets.Widget, widgets.Widget | None, list]:
+    """A picture in two sets of frames, ``render(False)`` (wide) and ``render(True)``
+    (narrow, for phones), both driven by ``controls`` (see :func:`_linked_pictures`).
+
+    Returns ``(wide, narrow, links)``. The wide set has the class ``WIDE_CLASS``; the narrow
+    one ``NARROW_CLASS`` and its own style ``display: none``, which the book's stylesheet
+    overrides in a narrow explorer (and hides the wide set). Without ``Stack`` (the kernel
+    path) ``narrow`` is None: only the wide set is rendered.
+    """
+    wide, links = _linked_pictures(render(False), controls)
+    if not HAS_STACK:
+        return wide, None, links
+    narrow, narrow_links = _linked_pictures(render(True), controls)
+    wide.add_class(WIDE_CLASS)
+    narrow.add_class(NARROW_CLASS)
+    narrow.layout = widgets.Layout(width="100%", display="none")  # its nested Stacks keep theirs
+    return wide, narrow, links + narrow_links
 
 
 def _control_row(*controls: widgets.Widget) -> widgets.Box:

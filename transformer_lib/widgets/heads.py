@@ -23,15 +23,19 @@ from transformer_lib.plotting.style import BLUE, DPI, VERMILLION, WEIGHT_CMAP
 from transformer_lib.resources import load_json
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
     _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
 TWO_READS_HEADS_FILE = "two_reads_heads.json"  #: written by bench/two_reads_heads.py
 HEADS_FRAME = (FRAME_WIDTH, 4.8)  #: the frame's (width, height) in inches
+HEADS_NARROW_FRAME = (NARROW_WIDTH, 6.6)  #: inches: the heads, the keys, then the means
 #: The frames are ~750 px wide and shrink to about half that on a phone: larger text.
 HEADS_FONT = 14
 ASKED_COLOUR, BEFORE_COLOUR = VERMILLION, BLUE  # the two reads, in every part of a frame
@@ -75,53 +79,62 @@ def _verdict(answer: int, truth: int) -> str:
 
 
 def _heads_frames(result: Mapping, examples: Mapping, n_examples: int,
-                  width: int) -> list[bytes]:
+                  width: int, narrow: bool = False) -> list[bytes]:
     """Frames e = 0 … n_examples-1 of the layer with ``result["n_heads"]`` heads (one entry
     of the bundled ``results``) on the bundled ``examples``, for a layer ``width`` wide: see
     :func:`_heads_figure`."""
-    fig, _, draw = _heads_figure(result, examples, width)
+    fig, _, draw = _heads_figure(result, examples, width, narrow)
     return _render_frames(fig, n_examples, draw)
 
 
-def _heads_figure(result: Mapping, examples: Mapping,
-                  width: int) -> tuple[Figure, Axes, Callable[[int], list[Artist]]]:
+def _heads_figure(result: Mapping, examples: Mapping, width: int, narrow: bool = False
+                  ) -> tuple[Figure, Axes, Callable[[int], list[Artist]]]:
     """The figure of the explorer's frames for one head count, its heatmap Axes and the
     function that draws example e on it. Left: each head's weights at the query of example e
     (heads × positions, the Axes returned), with the asked pair and the position before the
     query outlined and the example's keys and values below; right, each head's mean weight on
-    the two over the test sequences where they differ, and the test accuracies."""
+    the two over the test sequences where they differ, and the test accuracies. ``narrow``:
+    for a phone, the means and accuracies below the weights and the keys."""
     H = result["n_heads"]
     T = len(examples["keys"][0])
-    fig = Figure(figsize=HEADS_FRAME, dpi=DPI, layout="constrained")
-    grid = fig.add_gridspec(2, 2, width_ratios=(T, 3), height_ratios=(4, 1.6))
-    ax, ax_mean = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    ax_table, ax_key = fig.add_subplot(grid[1, 0], sharex=ax), fig.add_subplot(grid[1, 1])
+    font = NARROW_FONT if narrow else HEADS_FONT
+    if narrow:
+        fig = Figure(figsize=HEADS_NARROW_FRAME, dpi=DPI, layout="constrained")
+        grid = fig.add_gridspec(3, 2, height_ratios=(4, 1.6, 2.6))
+        ax, ax_table = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, :])
+        ax_table.sharex(ax)
+        ax_mean, ax_key = fig.add_subplot(grid[2, 0]), fig.add_subplot(grid[2, 1])
+    else:
+        fig = Figure(figsize=HEADS_FRAME, dpi=DPI, layout="constrained")
+        grid = fig.add_gridspec(2, 2, width_ratios=(T, 3), height_ratios=(4, 1.6))
+        ax, ax_mean = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        ax_table, ax_key = fig.add_subplot(grid[1, 0], sharex=ax), fig.add_subplot(grid[1, 1])
     heads = [f"head {h}" for h in range(H)]
     image = ax.imshow(np.zeros((H, T)), cmap=WEIGHT_CMAP, vmin=0, vmax=1, aspect="auto",
                       interpolation="none", animated=True)
-    ax.set_yticks(range(H), labels=heads, fontsize=HEADS_FONT)
+    ax.set_yticks(range(H), labels=heads, fontsize=font)
     ax.tick_params(labelbottom=False, length=0)
-    ax.set_title("\n", fontsize=HEADS_FONT)
+    ax.set_title("\n", fontsize=font)
     means = np.array([result["on_match"], result["on_prev"]]).T  # (H, 2)
     ax_mean.imshow(means, cmap=WEIGHT_CMAP, vmin=0, vmax=1, aspect="auto",
                    interpolation="none")
     accuracy = result["accuracy"]
-    ax_mean.set_xticks([0, 1], labels=["asked", "before"], fontsize=HEADS_FONT)
+    ax_mean.set_xticks([0, 1], labels=["asked", "before"], fontsize=font)
     ax_mean.set_yticks(range(H), labels=[])
     ax_mean.tick_params(labelbottom=False, labeltop=True, length=0)
     for j, colour in enumerate((ASKED_COLOUR, BEFORE_COLOUR)):
         ax_mean.get_xticklabels()[j].set_color(colour)
-    ax_mean.set_title("mean weight,\ntest sequences", fontsize=HEADS_FONT)
+    ax_mean.set_title("mean weight,\ntest sequences", fontsize=font)
     fig.colorbar(ax_mean.images[0], ax=ax_mean, fraction=0.12, pad=0.06).ax.tick_params(
-        labelsize=HEADS_FONT)
+        labelsize=font)
     ax_key.axis("off")
     ax_key.text(0, 0.5, f"test accuracy\nasked {accuracy['match']:.1%}\n"
-                f"before {accuracy['prev']:.1%}", fontsize=HEADS_FONT, va="center",
+                f"before {accuracy['prev']:.1%}", fontsize=font, va="center",
                 transform=ax_key.transAxes)
     ax_table.set(ylim=(0, 3), yticks=[0.5, 1.5, 2.5])
-    ax_table.set_yticklabels(["value", "key", "position"], fontsize=HEADS_FONT)
+    ax_table.set_yticklabels(["value", "key", "position"], fontsize=font)
     for t, label in enumerate([str(t) for t in range(T - 1)] + ["query"]):
-        ax_table.text(t, 2.5, label, ha="center", va="center", fontsize=HEADS_FONT,
+        ax_table.text(t, 2.5, label, ha="center", va="center", fontsize=font,
                       color="dimgrey")
     ax_table.tick_params(labelbottom=False, length=0)
     for side in ax_table.spines.values():
@@ -131,7 +144,7 @@ def _heads_figure(result: Mapping, examples: Mapping,
                                     linewidth=2.5, linestyle=style, animated=True,
                                     path_effects=halo))
              for colour, style in ((ASKED_COLOUR, "-"), (BEFORE_COLOUR, "--"))]
-    cells = [[ax_table.text(t, y, "", ha="center", va="center", fontsize=HEADS_FONT,
+    cells = [[ax_table.text(t, y, "", ha="center", va="center", fontsize=font,
                             animated=True) for t in range(T)] for y in (1.5, 0.5)]  # key, value
 
     def draw(e: int) -> list[Artist]:
@@ -151,7 +164,7 @@ def _heads_figure(result: Mapping, examples: Mapping,
         ax.set_title(
             f"{_plural(H, 'head')} of width {width // H}, query key {keys[-1]}\n"
             f"answers {_verdict(match, examples['match'][e])} and "
-            f"{_verdict(prev, examples['prev'][e])}", fontsize=HEADS_FONT)
+            f"{_verdict(prev, examples['prev'][e])}", fontsize=font)
         return [image, *boxes, *cells[0], *cells[1], ax.title]
 
     return fig, ax, draw
@@ -208,7 +221,6 @@ def heads_explorer(*, heads: Sequence[int] | None = None,
     by_heads = {r["n_heads"]: r for r in data["results"]}
     width, examples = data["settings"]["C"], data["examples"]
     n_test = data["settings"]["n_test"]
-    frames = [_heads_frames(by_heads[h], examples, n_examples, width) for h in heads]
     alt = [[_alt_text(by_heads[h], examples, e, width) for e in range(n_examples)]
            for h in heads]
 
@@ -220,7 +232,9 @@ def heads_explorer(*, heads: Sequence[int] | None = None,
                                      style=style),
     }
     pairs = [(controls["heads"], "index"), (controls["example"], "value")]
-    picture, links = _linked_pictures(frames, pairs)
+    picture, narrow, links = _picture_sets(
+        lambda narrow: [_heads_frames(by_heads[h], examples, n_examples, width, narrow)
+                        for h in heads], pairs)
     # The pictures' text alternative, in words under them (an Image has no alt attribute).
     text, text_links = _linked_pictures(alt, pairs)
     caption = widgets.HTML(
@@ -235,6 +249,8 @@ def heads_explorer(*, heads: Sequence[int] | None = None,
         "sequences (those where the two differ), and how often each answer is right. All "
         "pictures are precomputed.")
     return HeadsExplorer([caption, _control_row(*controls.values()),
-                          widgets.VBox([picture, text])],
+                          widgets.VBox([p for p in (picture, narrow) if p is not None]
+                                       + [text])],
                          controls=controls, pictures={"heads": picture, "text": text},
+                         narrow={"heads": narrow},
                          links=links + text_links, data=data, alt=alt)

@@ -19,11 +19,13 @@ from transformer_lib.plotting.style import DPI, RUN_COLOURS
 from transformer_lib.resources import load_json
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
     _labels,
-    _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
@@ -33,6 +35,7 @@ PLACEMENTS = ("post-norm", "pre-norm")  #: where the norm sits in each layer
 STACKS = ("decoder", "encoder")  #: the stacks a profile is measured in
 GRADIENT_FONT = 14  #: a full-column frame shrinks to half on a phone: larger text
 GRADIENT_FRAME = (FRAME_WIDTH, 4.6)  #: the frame's (width, height) in inches
+GRADIENT_NARROW_FRAME = (NARROW_WIDTH, 4.4)  #: inches: the frame on a phone
 #: The line style of each placement, the same as the chapter's figure's.
 STYLES = {"post-norm": {"color": RUN_COLOURS[1], "marker": "o"},
           "pre-norm": {"color": RUN_COLOURS[0], "marker": "s"}}
@@ -124,18 +127,23 @@ def _y_limits(profiles: Profiles) -> tuple[float, float]:
 
 
 def _gradient_frames(profiles: Profiles, stack: str, depths: Sequence[int],
-                     ylim: tuple[float, float]) -> list[bytes]:
+                     ylim: tuple[float, float], narrow: bool = False) -> list[bytes]:
     """Frames k = 0 … len(depths)-1 of one stack: the gradient norm of each layer of models
     with ``depths[k]`` layers, post-norm and pre-norm, median over seeds on a band from the
-    lowest to the highest, on a fixed log-scale y axis ``ylim`` and x axis 1 … max depth."""
-    fig = Figure(figsize=GRADIENT_FRAME, dpi=DPI, layout="constrained")
+    lowest to the highest, on a fixed log-scale y axis ``ylim`` and x axis 1 … max depth.
+    ``narrow``: the frames for a phone (its title on three lines)."""
+    size = NARROW_FONT if narrow else GRADIENT_FONT
+    fig = Figure(figsize=GRADIENT_NARROW_FRAME if narrow else GRADIENT_FRAME, dpi=DPI,
+                 layout="constrained")
     ax = fig.add_subplot()
     ax.set(yscale="log", ylim=ylim, xlim=(0.5, max(depths) + 0.5), xticks=list(depths))
     ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
-    _labels(ax, f"{stack} layer (1 = first)", "gradient norm", GRADIENT_FONT)
+    _labels(ax, f"{stack} layer (1 = first)", "gradient norm", size)
+    if narrow:
+        ax.set_title("\n\n", fontsize=size)  # room for three lines
     lines = {name: ax.plot([], [], linewidth=2, markersize=6, label=name, animated=True,
                            **STYLES[name])[0] for name in PLACEMENTS}
-    ax.legend(loc="lower right", fontsize=GRADIENT_FONT - 1, ncols=2)
+    ax.legend(loc="lower right", fontsize=size - 1, ncols=2)
     bands: list[Artist] = []
 
     def draw(k: int) -> list[Artist]:
@@ -151,9 +159,14 @@ def _gradient_frames(profiles: Profiles, stack: str, depths: Sequence[int],
                                          color=STYLES[name]["color"], alpha=0.2, linewidth=0,
                                          animated=True))
         post, pre = (first_over_last(profiles[name][stack][depth]) for name in PLACEMENTS)
-        ax.set_title(f"{stack}, {depth} layers per stack, at initialisation\n"
-                     f"layer 1 / layer {depth}: post-norm {post:.2g}, pre-norm {pre:.2g}",
-                     fontsize=GRADIENT_FONT)
+        ratios = f"post-norm {post:.2g}, pre-norm {pre:.2g}"
+        if narrow:
+            title = (f"{stack}, {depth} layers per stack\nat initialisation, "
+                     f"layer 1 / layer {depth}:\n{ratios}")
+        else:
+            title = (f"{stack}, {depth} layers per stack, at initialisation\n"
+                     f"layer 1 / layer {depth}: {ratios}")
+        ax.set_title(title, fontsize=size)
         return [*bands, *lines.values(), ax.title]
 
     return _render_frames(fig, len(depths), draw)
@@ -191,7 +204,6 @@ def gradient_explorer(data: Mapping[str, Any] | None = None, *,
         raise ValueError(f"depth must be one of the measured depths {depths}, got {depth}")
     _check_frames("gradient_explorer", {"stacks": len(STACKS), "depths": len(depths)})
     ylim = _y_limits(profiles)
-    frames = [_gradient_frames(profiles, stack, depths, ylim) for stack in STACKS]  # [stack][k]
 
     style = {"description_width": "80px"}
     controls = {
@@ -201,9 +213,13 @@ def gradient_explorer(data: Mapping[str, Any] | None = None, *,
         "stack": widgets.Dropdown(options=[(name, s) for s, name in enumerate(STACKS)],
                                   description="stack", style=style),
     }
-    picture, links = _linked_pictures(frames, [(controls["stack"], "index"),
-                                               (controls["depth"], "index")])
+    picture, narrow, links = _picture_sets(
+        lambda narrow: [_gradient_frames(profiles, stack, depths, ylim, narrow)
+                        for stack in STACKS],  # [stack][k]
+        [(controls["stack"], "index"), (controls["depth"], "index")])
     n_seeds = len(next(iter(profiles["post-norm"]["decoder"].values())))
-    return GradientExplorer([_caption(n_seeds), _control_row(*controls.values()), picture],
-                            controls=controls, pictures={"profile": picture}, links=links,
+    shown = [p for p in (picture, narrow) if p is not None]  # wide, or narrow on a phone
+    return GradientExplorer([_caption(n_seeds), _control_row(*controls.values()), *shown],
+                            controls=controls, pictures={"profile": picture},
+                            narrow={"profile": narrow}, links=links,
                             profiles=profiles, depths=depths)

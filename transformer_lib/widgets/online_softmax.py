@@ -17,14 +17,17 @@ from matplotlib.figure import Figure
 from transformer_lib.plotting.style import BLACK, BLUE, DPI, GREY, ORANGE
 from transformer_lib.widgets.frames import (
     FONT,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
-    _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
 ONLINE_FRAME = (6.0, 6.4)  #: inches: three panels, one above the other
+ONLINE_NARROW_FRAME = (NARROW_WIDTH, 7.4)  #: inches: the same on a phone, titles on two lines
 UNSEEN = "#d9d9d9"  #: the keys not read yet
 OPENING_STEP = 2  #: the explorer opens on this many tiles read (step 0 has nothing to show)
 
@@ -98,9 +101,10 @@ def _example_row(n_keys: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _online_softmax_frames(scores: np.ndarray, values: np.ndarray, tile: int,
-                           n_frames: int) -> list[bytes]:
+                           n_frames: int, narrow: bool = False) -> list[bytes]:
     """Frames k = 0 … n_frames-1: the state after k tiles of ``tile`` keys (after the last
-    tile when k is larger than the number of tiles)."""
+    tile when k is larger than the number of tiles). ``narrow``: the frames for a phone
+    (``NARROW_WIDTH`` wide, each title on two lines)."""
     S = len(scores)
     steps = _online_softmax_steps(scores, values, tile)
     n_tiles = len(steps.end) - 1
@@ -108,28 +112,31 @@ def _online_softmax_frames(scores: np.ndarray, values: np.ndarray, tile: int,
     exact = float(e_max @ values / e_max.sum())  # softmax(s) · v
     keys = np.arange(S)
 
-    fig = Figure(figsize=ONLINE_FRAME, dpi=DPI, layout="constrained")
+    size = NARROW_FONT if narrow else FONT
+    cut = "\n" if narrow else "; "  # where a title breaks on a phone
+    fig = Figure(figsize=ONLINE_NARROW_FRAME if narrow else ONLINE_FRAME, dpi=DPI,
+                 layout="constrained")
     ax_s, ax_e, ax_o = fig.subplots(3, 1)
     for ax in (ax_s, ax_e, ax_o):
         ax.set_xlim(-1, S)
-        ax.tick_params(labelsize=FONT - 1)
-        ax.set_title(" ", fontsize=FONT)
+        ax.tick_params(labelsize=size - 1)
+        ax.set_title("\n" if narrow else " ", fontsize=size)
         for start in range(0, S + 1, tile):  # tile boundaries
             ax.axvline(min(start, S) - 0.5, color=GREY, linewidth=0.6, alpha=0.5)
     low, high = scores.min(), scores.max()
     ax_s.set_ylim(min(0.0, low) - 0.3, high + 0.6)
-    ax_s.set_ylabel("score $s_j$", fontsize=FONT)
+    ax_s.set_ylabel("score $s_j$", fontsize=size)
     ax_s.tick_params(labelbottom=False)
     ax_e.set_ylim(0, 1.12)
-    ax_e.set_ylabel("$e^{s_j - m}$", fontsize=FONT)
-    ax_e.set_xlabel("key j (grey lines: tile boundaries)", fontsize=FONT)
+    ax_e.set_ylabel("$e^{s_j - m}$", fontsize=size)
+    ax_e.set_xlabel("key j (grey lines: tile boundaries)", fontsize=size)
     spread = max(abs(steps.out[1:] - exact).max(), 0.05)
     ax_o.set_ylim(exact - 1.2 * spread, exact + 1.2 * spread)
     ax_o.axhline(exact, color=BLACK, linestyle="--", linewidth=1.2)
-    ax_o.text(0.01, exact, f" exact softmax output {exact:.3f}", fontsize=FONT - 1,
+    ax_o.text(0.01, exact, f" exact softmax output {exact:.3f}", fontsize=size - 1,
               transform=ax_o.get_yaxis_transform(), va="bottom")
-    ax_o.set_ylabel("a / ℓ", fontsize=FONT)
-    ax_o.set_xlabel("key j (a point after each tile)", fontsize=FONT)
+    ax_o.set_ylabel("a / ℓ", fontsize=size)
+    ax_o.set_xlabel("key j (a point after each tile)", fontsize=size)
 
     score_bars = ax_s.bar(keys, scores, color=UNSEEN, width=0.8, bottom=0, animated=True)
     m_line = ax_s.axhline(np.nan, color=BLACK, linestyle="--", linewidth=1.2, animated=True)
@@ -164,24 +171,26 @@ def _online_softmax_frames(scores: np.ndarray, values: np.ndarray, tile: int,
         path.set_data(steps.end[1:t + 1] - 0.5, steps.out[1:t + 1])
         point.set_data(steps.end[t:t + 1] - 0.5 if t else [], steps.out[t:t + 1] if t else [])
         if t == 0:
-            ax_s.set_title(f"tile size {tile}: nothing read yet, m = −∞", fontsize=FONT)
-            ax_e.set_title("ℓ = 0, a = 0", fontsize=FONT)
-            ax_o.set_title("no output yet (0 / 0)", fontsize=FONT)
+            ax_s.set_title(f"tile size {tile}: nothing read yet, m = −∞", fontsize=size)
+            ax_e.set_title("ℓ = 0, a = 0", fontsize=size)
+            ax_o.set_title("no output yet (0 / 0)", fontsize=size)
             return [*patches, m_line, m_old, path, point, ax_s.title, ax_e.title, ax_o.title]
         was = f" (was {steps.m[t - 1]:.2f})" if rose else (
             " (first tile)" if t == 1 else " (unchanged)")
-        ax_s.set_title(f"tile {t} of {n_tiles}: keys {start}–{end - 1}; max m = {m:.2f}{was}",
-                       fontsize=FONT)
+        ax_s.set_title(f"tile {t} of {n_tiles}: keys {start}–{end - 1}{cut}max m = {m:.2f}{was}",
+                       fontsize=size)
         factor = "0 (first tile)" if t == 1 else f"{steps.rescale[t]:.3f}"
-        ax_e.set_title(f"old sums × $e^{{m_{{old}} - m}}$ = {factor}; "
-                       f"ℓ = sum of the bars = {l:.3f}", fontsize=FONT)
+        ax_e.set_title(f"old sums × $e^{{m_{{old}} - m}}$ = {factor}{cut}"
+                       f"ℓ = sum of the bars = {l:.3f}", fontsize=size)
         ratio = f"a / ℓ = {steps.a[t]:.3f} / {l:.3f} = {steps.out[t]:.3f}"
         if k > n_tiles:
-            ax_o.set_title(f"step {k}: all {n_tiles} tiles read already; {ratio}", fontsize=FONT)
+            ax_o.set_title(f"step {k}: all {n_tiles} tiles read already{cut}{ratio}",
+                           fontsize=size)
         elif t == n_tiles:
-            ax_o.set_title(f"all keys read: {ratio}, the exact output", fontsize=FONT)
+            ax_o.set_title(f"all keys read{cut if narrow else ': '}{ratio}, the exact output",
+                           fontsize=size)
         else:
-            ax_o.set_title(f"partial output {ratio}", fontsize=FONT)
+            ax_o.set_title(f"partial output {ratio}", fontsize=size)
         return [*patches, m_line, m_old, path, point, ax_s.title, ax_e.title, ax_o.title]
 
     return _render_frames(fig, n_frames, draw)
@@ -221,7 +230,6 @@ def online_softmax_explorer(*, n_keys: int = 24, tile_sizes: Sequence[int] = (3,
     n_steps = -(-n_keys // min(sizes)) + 1  # ceil(S / b) tiles, and step 0
     _check_frames("online_softmax_explorer", {"tile sizes": len(sizes), "steps": n_steps})
     scores, values = _example_row(n_keys, seed)
-    frames = [_online_softmax_frames(scores, values, b, n_steps) for b in sizes]  # [tile][k]
 
     style = {"description_width": "80px"}
     controls = {
@@ -231,8 +239,10 @@ def online_softmax_explorer(*, n_keys: int = 24, tile_sizes: Sequence[int] = (3,
         "step": widgets.IntSlider(min(OPENING_STEP, n_steps - 1), min=0, max=n_steps - 1,
                                   description="tiles read", style=style),
     }
-    picture, links = _linked_pictures(frames, [(controls["tile"], "index"),
-                                               (controls["step"], "value")])
+    picture, narrow, links = _picture_sets(
+        lambda narrow: [_online_softmax_frames(scores, values, b, n_steps, narrow)
+                        for b in sizes],  # [tile][k]
+        [(controls["tile"], "index"), (controls["step"], "value")])
     caption = widgets.HTML(
         f"<b>The online softmax, one tile of keys at a time.</b> One query's scores against "
         f"{n_keys} keys. Top: blue the keys read, orange the tile just read, grey the keys "
@@ -241,6 +251,8 @@ def online_softmax_explorer(*, n_keys: int = 24, tile_sizes: Sequence[int] = (3,
         f"bars are the same terms before the maximum rose, and the rescale factor shrinks "
         f"them. Bottom: the partial output a / ℓ after each tile against the exact softmax "
         f"output (dashed), which the last tile reaches. All pictures are precomputed.")
-    return OnlineSoftmaxExplorer([caption, _control_row(*controls.values()), picture],
-                                 controls=controls, pictures={"online": picture}, links=links,
+    shown = [p for p in (picture, narrow) if p is not None]  # wide, or narrow on a phone
+    return OnlineSoftmaxExplorer([caption, _control_row(*controls.values()), *shown],
+                                 controls=controls, pictures={"online": picture},
+                                 narrow={"online": narrow}, links=links,
                                  scores=scores, values=values, tile_sizes=sizes)

@@ -22,14 +22,18 @@ from transformer_lib.plotting.style import BLUE, DPI, ORANGE, PURPLE
 from transformer_lib.recall import recall, recall_pairs
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
     _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
 RECALL_FRAME = (FRAME_WIDTH, 5.8)  #: inches: two panels, one above the other
+RECALL_NARROW_FRAME = (NARROW_WIDTH, 6.6)  #: inches: the same on a phone
 #: The frames are ~750 px wide and shrink to half that on a phone: larger text, as in the
 #: attention explorer.
 RECALL_FONT = 14
@@ -105,7 +109,7 @@ def _recall_by_age(n_pairs: int, alphas: Sequence[float], d_state: int, trials: 
 
 
 def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state: int,
-                   max_pairs: int) -> list[bytes]:
+                   max_pairs: int, narrow: bool = False) -> list[bytes]:
     """Frames a = 0 … A-1: accuracy (top) and error (bottom) against the pair's age for
     ``n_pairs`` pairs, the gated delta rule's curves at ``alphas[a]``, the others fixed.
 
@@ -113,12 +117,16 @@ def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state:
         curves: the numbers of ``_recall_by_age`` for this N.
         n_pairs, alphas, d_state: N, the forget gates and the state's D.
         max_pairs: the age axes run from 1 to this, the same in every frame.
+        narrow: the frames for a phone (``NARROW_WIDTH`` wide, longer texts on more lines).
 
     Returns:
         A palette PNGs, one per α; the title of each gives the three memories' mean accuracy.
     """
     ages = np.arange(1, n_pairs + 1)  # 1 = written last
-    fig = Figure(figsize=RECALL_FRAME, dpi=DPI, layout="constrained")
+    size = NARROW_FONT if narrow else RECALL_FONT
+    cut = "\n" if narrow else " "  # where a long text breaks on a phone
+    fig = Figure(figsize=RECALL_NARROW_FRAME if narrow else RECALL_FRAME, dpi=DPI,
+                 layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
     gated = {}
     for ax, field in ((top, "accuracy"), (bottom, "error")):
@@ -127,7 +135,7 @@ def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state:
         (gated[field],) = ax.plot([], [], label=_LEGEND["gated delta rule"],
                                   **_STYLES["gated delta rule"], animated=True)
         ax.axvline(n_pairs, color="grey", linestyle=":", linewidth=1)
-        ax.tick_params(labelsize=RECALL_FONT - 1)
+        ax.tick_params(labelsize=size - 1)
         ax.grid(alpha=0.3)
     top.set_xscale("log", base=2)
     top.set_xlim(1, max_pairs * 1.05)
@@ -135,16 +143,17 @@ def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state:
     bottom.set_xticks(ticks, labels=[str(t) for t in ticks])
     bottom.minorticks_off()
     top.set_ylim(-0.03, 1.05)
-    top.set_ylabel("keys recognised", fontsize=RECALL_FONT)
-    top.set_title("\n", fontsize=RECALL_FONT)  # room for the frame titles
+    top.set_ylabel("keys recognised", fontsize=size)
+    top.set_title("\n\n" if narrow else "\n", fontsize=size)  # room for the frame titles
     bottom.axhline(1, color="grey", linestyle="--", linewidth=1)  # as far as reading nothing
     worst = max(float(np.max(curves["error"][name])) for name in RECALL_METHODS)
     bottom.set_ylim(0, max(1.5, 1.1 * worst))
-    bottom.set_ylabel(r"error $\|o - v\|$", fontsize=RECALL_FONT)
-    bottom.set_xlabel("age of the pair (1 = written last; dotted: the oldest, N)",
-                      fontsize=RECALL_FONT)
+    bottom.set_ylabel(r"error $\|o - v\|$", fontsize=size)
+    bottom.set_xlabel(f"age of the pair{cut}(1 = written last; dotted: the oldest, N)",
+                      fontsize=size)
     fig.legend(handles=[*top.lines[:2], gated["accuracy"]], loc="outside lower center",
-               ncols=3, fontsize=RECALL_FONT - 2, frameon=False)
+               ncols=1 if narrow else 3, fontsize=size - 1 if narrow else size - 2,
+               frameon=False)
     mean = {name: float(np.mean(curves["accuracy"][name]))
             for name in RECALL_METHODS[:2]}
 
@@ -152,10 +161,10 @@ def _recall_frames(curves: dict, n_pairs: int, alphas: Sequence[float], d_state:
         for field, line in gated.items():
             line.set_data(ages, curves[field]["gated delta rule"][a])
         recognised = float(np.mean(curves["accuracy"]["gated delta rule"][a]))
+        linear, delta = mean["linear attention"], mean["delta rule"]
         top.set_title(f"N = {n_pairs} pairs in a {d_state} × {d_state} state, "
-                      f"α = {alphas[a]:g}\nrecognised: linear {mean['linear attention']:.0%}, "
-                      f"delta {mean['delta rule']:.0%}, gated {recognised:.0%}",
-                      fontsize=RECALL_FONT)
+                      f"α = {alphas[a]:g}\nrecognised: linear {linear:.0%},{cut}"
+                      f"delta {delta:.0%}, gated {recognised:.0%}", fontsize=size)
         return [*gated.values(), top.title]
 
     return _render_frames(fig, len(alphas), draw)
@@ -236,7 +245,6 @@ def recall_explorer(*, n_pairs: Sequence[int] = (8, 16, 32, 64, 128),
     _check_arguments(n_pairs, alphas, d_state, trials, n, alpha)
     _check_frames("recall_explorer", {"N": len(n_pairs), "α": len(alphas)})
     curves = {int(x): _recall_by_age(int(x), alphas, d_state, trials, seed) for x in n_pairs}
-    frames = [_recall_frames(curves[x], x, alphas, d_state, max(curves)) for x in curves]
 
     style = {"description_width": "80px"}
     controls = {
@@ -246,12 +254,16 @@ def recall_explorer(*, n_pairs: Sequence[int] = (8, 16, 32, 64, 128),
                                          description="forget α", style=style),
     }
     pairs = [(controls["n"], "index"), (controls["alpha"], "index")]
-    picture, links = _linked_pictures(frames, pairs)
+    picture, narrow, links = _picture_sets(
+        lambda narrow: [_recall_frames(curves[x], x, alphas, d_state, max(curves), narrow)
+                        for x in curves], pairs)
     # The pictures' text alternative, in words under them (an Image has no alt attribute).
     alt = [[_alt_text(curves[x], x, a, alpha_a, d_state) for a, alpha_a in enumerate(alphas)]
            for x in curves]  # [n][alpha]
     text, text_links = _linked_pictures(alt, pairs)
     return RecallExplorer([_recall_caption(d_state, trials), _control_row(*controls.values()),
-                           widgets.VBox([picture, text])], controls=controls,
+                           widgets.VBox([p for p in (picture, narrow) if p is not None]
+                                        + [text])], controls=controls,
                           pictures={"recall": picture, "text": text},
+                          narrow={"recall": narrow},
                           links=links + text_links, curves=curves)

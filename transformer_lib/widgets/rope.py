@@ -27,6 +27,7 @@ from transformer_lib.widgets.frames import (
     FONT,
     FRAME_WIDTH,
     Explorer,
+    Frames,
     _check_frames,
     _control_row,
     _labels,
@@ -181,7 +182,8 @@ def rope_explorer(*, head_dim: int = 16, theta: float = 10000.0, n_positions: in
     q, k = torch.randn(2, head_dim, generator=torch.Generator().manual_seed(seed))  # (D,) each
     by_pair = [[_rope_pair_frames(q, k, i, theta, n_positions, pairing)
                 for i in range(head_dim // 2)] for pairing in PAIRINGS]  # [pairing][i][m]
-    pair_frames = [[list(ms) for ms in zip(*frames)] for frames in by_pair]  # [pairing][m][i]
+    pair_frames = [[Frames(ms, min(f.text_px for f in frames)) for ms in zip(*frames)]
+                   for frames in by_pair]  # [pairing][m][i]
     score_frames = [_rope_score_frames(q, k, theta, n_positions, pairing) for pairing in PAIRINGS]
 
     style = {"description_width": "80px"}

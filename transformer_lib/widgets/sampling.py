@@ -24,11 +24,14 @@ from transformer_lib.sampling import check_sampling, next_token_probs, sample_ne
 from transformer_lib.text import CharTokenizer, load_text_model
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
+    Frames,
     _check_frames,
     _control_row,
     _labels,
-    _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
@@ -38,9 +41,11 @@ TOP_KS = (None, 10, 3)  #: None: no top-k cut
 TOP_PS = (None, 0.9, 0.6)  #: None: no top-p cut
 N_BARS = 12  #: the most likely characters shown as bars
 SAMPLING_FRAME = (FRAME_WIDTH, 5.4)  #: inches: bars above, the continuation below
+SAMPLING_NARROW_FRAME = (NARROW_WIDTH, 5.8)  #: inches: the same on a phone
 #: The frames shrink to about half their width on a phone: larger text than FONT.
 SAMPLING_FONT = 14
 TEXT_COLUMNS, TEXT_LINES = 56, 6  # the continuation's box, in monospace characters and lines
+NARROW_COLUMNS, NARROW_LINES = 36, 6  # the same box on a phone
 
 Rule = tuple[float, Optional[int], Optional[float]]  #: (temperature, top_k, top_p)
 
@@ -102,17 +107,20 @@ def _sampling_bars(logits: Tensor, rule: Rule) -> tuple[Tensor, Tensor]:
     return before, after
 
 
-def _continuation_text(prompt: str, continuation: str) -> str:
-    """Prompt and continuation folded into the text box: at most TEXT_LINES lines."""
+def _continuation_text(prompt: str, continuation: str, columns: int = TEXT_COLUMNS,
+                       n_lines: int = TEXT_LINES) -> str:
+    """Prompt and continuation folded into the text box: at most ``n_lines`` lines of
+    ``columns`` characters."""
     lines = [piece for line in (prompt + continuation).split("\n")
-             for piece in (textwrap.wrap(line, TEXT_COLUMNS) or [""])]
-    if len(lines) > TEXT_LINES:
-        lines = lines[:TEXT_LINES - 1] + [lines[TEXT_LINES - 1][:TEXT_COLUMNS - 1] + "…"]
+             for piece in (textwrap.wrap(line, columns) or [""])]
+    if len(lines) > n_lines:
+        lines = lines[:n_lines - 1] + [lines[n_lines - 1][:columns - 1] + "…"]
     return "\n".join(lines)
 
 
 def _sampling_frames(logits: Tensor, chars: str, prompt: str, rules: Sequence[Rule],
-                     continuations: Sequence[str], seed: int) -> list[bytes]:
+                     continuations: Sequence[str], seed: int,
+                     narrow: bool = False) -> list[bytes]:
     """One PNG frame per rule: bars of the ``N_BARS`` most likely next characters after
     ``prompt`` (grey: at the rule's temperature alone; blue: what the draw uses after top-k
     and top-p), and ``prompt`` with the continuation sampled with that rule.
@@ -121,28 +129,34 @@ def _sampling_frames(logits: Tensor, chars: str, prompt: str, rules: Sequence[Ru
         logits: ``(V,)`` next-character logits; ``chars``: the V characters, by id.
         rules: ``(temperature, top_k, top_p)`` of each frame.
         continuations: the sampled text of each rule; ``seed``: the seed it was drawn with.
+        narrow: the frames for a phone (``NARROW_WIDTH`` wide, the text in shorter lines).
 
     Returns:
         ``len(rules)`` PNGs; frame j depends on ``rules[j]`` and ``continuations[j]`` only.
     """
     n_bars = min(N_BARS, len(chars))
     order = torch.sort(logits.float(), descending=True, stable=True).indices[:n_bars]
-    fig = Figure(figsize=SAMPLING_FRAME, dpi=DPI, layout="constrained")
+    size = NARROW_FONT if narrow else SAMPLING_FONT
+    columns, n_lines = (NARROW_COLUMNS, NARROW_LINES) if narrow else (TEXT_COLUMNS, TEXT_LINES)
+    fig = Figure(figsize=SAMPLING_NARROW_FRAME if narrow else SAMPLING_FRAME, dpi=DPI,
+                 layout="constrained")
     ax, text_ax = fig.subplots(2, 1, height_ratios=(3, 2))
     ax.set(xlim=(-0.6, n_bars - 0.4), ylim=(0, 1.05))
     ax.set_xticks(range(n_bars), [_show_char(chars[i]) for i in order.tolist()])
-    _labels(ax, f"the {n_bars} most likely next characters", "probability", SAMPLING_FONT)
+    _labels(ax, f"the {n_bars} most likely next characters", "probability", size)
+    if narrow:
+        ax.set_title("\n\n", fontsize=size)  # room for three lines
     ax.legend(handles=[Patch(color=GREY, alpha=0.4, label="temperature alone"),
                        Patch(color=BLUE, label="after top-k, top-p: drawn from")],
-              loc="upper right", fontsize=SAMPLING_FONT - 1, frameon=False)
+              loc="upper right", fontsize=size - 1, frameon=False)
     grey = ax.bar(range(n_bars), [0.0] * n_bars, width=0.8, color=GREY, alpha=0.4,
                   animated=True)
     blue = ax.bar(range(n_bars), [0.0] * n_bars, width=0.5, color=BLUE, animated=True)
     text_ax.axis("off")
-    text_ax.set_title(f"continued with this rule (seed {seed}):", fontsize=SAMPLING_FONT,
+    text_ax.set_title(f"continued with this rule (seed {seed}):", fontsize=size,
                       loc="left")
-    text = text_ax.text(0, 1, "\n" * (TEXT_LINES - 1), va="top", ha="left",
-                        family="monospace", fontsize=SAMPLING_FONT - 1, animated=True,
+    text = text_ax.text(0, 1, "\n" * (n_lines - 1), va="top", ha="left",
+                        family="monospace", fontsize=size - 1, animated=True,
                         parse_math=False, transform=text_ax.transAxes)
 
     def draw(j: int) -> list[Artist]:
@@ -153,9 +167,10 @@ def _sampling_frames(logits: Tensor, chars: str, prompt: str, rules: Sequence[Ru
             bar.set_height(height)
         kept = f"{int((after > 0).sum())} of {len(chars)} characters kept"
         if rules[j][0] == 0:
-            kept += ": top-k and top-p change nothing"
-        ax.set_title(f"{_rule_name(rules[j])}\n{kept}", fontsize=SAMPLING_FONT)
-        text.set_text(_continuation_text(prompt, continuations[j]))
+            kept += "\n(top-k and top-p change nothing)" if narrow else (
+                ": top-k and top-p change nothing")
+        ax.set_title(f"{_rule_name(rules[j])}\n{kept}", fontsize=size)
+        text.set_text(_continuation_text(prompt, continuations[j], columns, n_lines))
         return [*grey, *blue, ax.title, text]
 
     return _render_frames(fig, len(rules), draw)
@@ -256,17 +271,19 @@ def sampling_explorer(model: Decoder | None = None, tokenizer: CharTokenizer | N
     distinct = list(dict.fromkeys((0.0, None, None) if r[0] == 0 else r for r in rules))
     drawn = _draw_each(model, tokenizer, prompt, n_new, distinct, seed)
     texts = {(t, k, p): drawn[(0.0, None, None) if t == 0 else (t, k, p)] for t, k, p in rules}
-    flat = _sampling_frames(logits, tokenizer.chars, prompt, rules, [texts[r] for r in rules],
-                            seed)
     K, P = len(top_ks), len(top_ps)
-    frames = [[flat[(i * K + j) * P:(i * K + j + 1) * P] for j in range(K)]
-              for i in range(len(temperatures))]  # [temperature][top_k][top_p]
+
+    def frames(narrow: bool) -> list:  # [temperature][top_k][top_p]
+        flat = _sampling_frames(logits, tokenizer.chars, prompt, rules,
+                                [texts[r] for r in rules], seed, narrow)
+        return [[Frames(flat[(i * K + j) * P:(i * K + j + 1) * P], flat.text_px)
+                 for j in range(K)] for i in range(len(temperatures))]
 
     start = min(range(len(temperatures)), key=lambda i: abs(temperatures[i] - 1.0))
     controls = {"temperature": _selection("temperature", temperatures, start),
                 "top_k": _selection("top-k", top_ks, 0),
                 "top_p": _selection("top-p", top_ps, 0)}
-    picture, links = _linked_pictures(frames, [(c, "index") for c in controls.values()])
+    picture, narrow, links = _picture_sets(frames, [(c, "index") for c in controls.values()])
     caption = widgets.HTML(
         f"<b>Sampling the next character.</b> Bars: the probabilities of the model's "
         f"{min(N_BARS, tokenizer.vocab_size)} most likely characters after "
@@ -274,6 +291,8 @@ def sampling_explorer(model: Decoder | None = None, tokenizer: CharTokenizer | N
         f"alone, blue after top-k and top-p have cut the rest and the kept ones are "
         f"renormalised (what a draw picks from; ␣ is a space, ↵ a line break). Below: {n_new} "
         f"characters drawn with the same rule and seed {seed}. All pictures are precomputed.")
-    return SamplingExplorer([caption, _control_row(*controls.values()), picture],
-                            controls=controls, pictures={"sampling": picture}, links=links,
+    shown = [p for p in (picture, narrow) if p is not None]  # wide, or narrow on a phone
+    return SamplingExplorer([caption, _control_row(*controls.values()), *shown],
+                            controls=controls, pictures={"sampling": picture},
+                            narrow={"sampling": narrow}, links=links,
                             prompt=prompt, logits=logits, continuations=texts)

@@ -20,10 +20,13 @@ from torch import Tensor
 from transformer_lib.plotting.style import BLUE, DPI, GREY, VERMILLION
 from transformer_lib.widgets.frames import (
     FRAME_WIDTH,
+    NARROW_FONT,
+    NARROW_WIDTH,
     Explorer,
     _check_frames,
     _control_row,
     _linked_pictures,
+    _picture_sets,
     _render_frames,
 )
 
@@ -33,6 +36,7 @@ SCALING_COLOURS = (VERMILLION, BLUE)  #: one per scaling, in all three panels
 #: The frames are as wide as the column and shrink to half that on a phone: larger text.
 SOFTMAX_FONT = 14
 SOFTMAX_FRAME = (FRAME_WIDTH, 4.8)  #: the frame's (width, height) in inches
+SOFTMAX_NARROW_FRAME = (NARROW_WIDTH, 7.2)  #: inches: the three panels one above the other
 
 
 class SoftmaxExplorer(Explorer):
@@ -78,20 +82,26 @@ def _softmax_table(z: Tensor, dims: Sequence[int], scaled: bool
     return scores, weights, jacobian.abs().amax(dim=(-2, -1))
 
 
-def _softmax_frames(z: Tensor, dims: Sequence[int], scaled: bool) -> list[bytes]:
+def _softmax_frames(z: Tensor, dims: Sequence[int], scaled: bool,
+                    narrow: bool = False) -> list[bytes]:
     """Frames j = 0 … len(dims)-1 for head width ``dims[j]``: the scores (top left), their
     softmax (bottom left), and the largest gradient entry against d_k (right), for both
-    scalings (faint) with width ``dims[j]`` under ``scaled`` marked."""
+    scalings (faint) with width ``dims[j]`` under ``scaled`` marked. ``narrow``: the frames
+    for a phone, the three panels one above the other."""
     n_keys = z.shape[0]
     tables = [_softmax_table(z, dims, s) for s in (False, True)]
     scores, weights, largest = tables[int(scaled)]
     colour = SCALING_COLOURS[int(scaled)]
-    size = SOFTMAX_FONT
+    size = NARROW_FONT if narrow else SOFTMAX_FONT
 
-    fig = Figure(figsize=SOFTMAX_FRAME, dpi=DPI, layout="constrained")
-    grid = fig.add_gridspec(2, 2, width_ratios=(1.1, 1))
-    ax_s, ax_p, ax_g = (fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0]),
-                        fig.add_subplot(grid[:, 1]))
+    if narrow:
+        fig = Figure(figsize=SOFTMAX_NARROW_FRAME, dpi=DPI, layout="constrained")
+        ax_s, ax_p, ax_g = fig.subplots(3, 1, height_ratios=(1, 1, 1.3))
+    else:
+        fig = Figure(figsize=SOFTMAX_FRAME, dpi=DPI, layout="constrained")
+        grid = fig.add_gridspec(2, 2, width_ratios=(1.1, 1))
+        ax_s, ax_p, ax_g = (fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0]),
+                            fig.add_subplot(grid[:, 1]))
     keys = np.arange(n_keys)
     top = 1.1 * float(scores.abs().max())
     ax_s.set(ylim=(-top, top), xticks=keys, xticklabels=[])
@@ -109,7 +119,8 @@ def _softmax_frames(z: Tensor, dims: Sequence[int], scaled: bool) -> list[bytes]
     floor = min(float(t[2].min()) for t in tables)
     ax_g.set_ylim(floor / 10, 1.0)
     ax_g.set_xlabel(r"head width $d_k$", fontsize=size)
-    ax_g.legend(title="scale", fontsize=size - 2, title_fontsize=size - 2, loc="lower left")
+    legend = size - 1 if narrow else size - 2
+    ax_g.legend(title="scale", fontsize=legend, title_fontsize=legend, loc="lower left")
     for ax in (ax_s, ax_p, ax_g):
         ax.tick_params(labelsize=size - 1)
         ax.set_title(" ", fontsize=size)
@@ -193,7 +204,6 @@ def softmax_explorer(*, dims: Sequence[int] = SOFTMAX_DIMS, n_keys: int = 8,
     """
     dims = _check_arguments(dims, n_keys)
     z = torch.randn(n_keys, generator=torch.Generator().manual_seed(seed))  # (S,)
-    frames = [_softmax_frames(z, dims, scaled) for scaled in (False, True)]  # [scale][d]
 
     style = {"description_width": "80px"}
     controls = {
@@ -204,11 +214,14 @@ def softmax_explorer(*, dims: Sequence[int] = SOFTMAX_DIMS, n_keys: int = 8,
                                   description="scale", style=style),
     }
     order = [(controls["scale"], "index"), (controls["d_k"], "index")]
-    picture, links = _linked_pictures(frames, order)
+    picture, narrow, links = _picture_sets(
+        lambda narrow: [_softmax_frames(z, dims, scaled, narrow)  # [scale][d]
+                        for scaled in (False, True)], order)
     texts = [_softmax_texts(z, dims, scaled) for scaled in (False, True)]  # [scale][d]
     text, text_links = _linked_pictures(texts, order)
-    shown = widgets.VBox([picture, text])  # the picture with its numbers in words under it
+    # The picture (wide, or narrow on a phone) with its numbers in words under it.
+    shown = widgets.VBox([p for p in (picture, narrow) if p is not None] + [text])
     return SoftmaxExplorer(
         [_softmax_caption(), _control_row(*controls.values()), shown],
         controls=controls, pictures={"softmax": picture, "text": text},
-        links=links + text_links, z=z, dims=dims)
+        narrow={"softmax": narrow}, links=links + text_links, z=z, dims=dims)
