@@ -3,8 +3,8 @@
 An explorer is drawn by the ipywidgets HTML manager (about 3.6 MB of JavaScript, loaded with
 ``defer`` so that the text is shown first) from the widget state that the page embeds. Until
 then its place on the page is empty. This extension writes, for each explorer, the picture it
-opens on as a plain ``<img class="explorer-placeholder">`` where the explorer will be drawn,
-with the explorer's caption and the frame's readout as its alt text. The picture is found in
+opens on as a plain image (``div.explorer-placeholder``, its wide and its narrow frame) where
+the explorer will be drawn, with the explorer's caption and the frame's readout as alt text. The picture is found in
 the embedded state: from the view's root widget down the children, through each ``Stack`` at
 its selected index, to the first picture (an ``Image``), the frame that the live explorer
 shows first. book.css hides the placeholder once the live widget is in the same output
@@ -27,7 +27,10 @@ from typing import Any
 from sphinx.application import Sphinx
 
 STATE_TYPE = "application/vnd.jupyter.widget-state+json"
-FRAME_CLASS = "explorer-frame"  # transformer_lib.widgets.frames.FRAME_CLASS
+# transformer_lib.widgets.frames: text frames, and a picture's wide and narrow (phone) sets
+FRAME_CLASS = "explorer-frame"
+WIDE_CLASS = "explorer-wide"
+NARROW_CLASS = "explorer-narrow"
 PLACEHOLDER_CLASS = "explorer-placeholder"
 _MODEL_REFERENCE = "IPY_MODEL_"
 # myst-nb writes one of these where each widget's view goes.
@@ -41,11 +44,14 @@ def _model(state: dict[str, Any], reference: Any) -> dict[str, Any] | None:
     return state.get(reference.removeprefix(_MODEL_REFERENCE))
 
 
-def _walk(state: dict[str, Any], model: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The widgets a reader sees first, in page order: every child of a box, and only the
-    selected child of a ``Stack``."""
-    yield model
+def _walk(state: dict[str, Any], model: dict[str, Any], narrow: bool = False
+          ) -> Iterator[tuple[dict[str, Any], bool]]:
+    """The widgets a reader sees first, in page order, each with whether it belongs to a
+    picture's narrow set of frames (class ``NARROW_CLASS``): every child of a box, and only
+    the selected child of a ``Stack``."""
     fields = model.get("state", {})
+    narrow = narrow or NARROW_CLASS in (fields.get("_dom_classes") or [])
+    yield model, narrow
     children = fields.get("children") or []
     if model.get("model_name") == "StackModel":
         index = fields.get("selected_index")
@@ -54,7 +60,7 @@ def _walk(state: dict[str, Any], model: dict[str, Any]) -> Iterator[dict[str, An
     for reference in children:
         child = _model(state, reference)
         if child is not None:
-            yield from _walk(state, child)
+            yield from _walk(state, child, narrow)
 
 
 def _image_source(model: dict[str, Any]) -> str | None:
@@ -75,32 +81,40 @@ def _text(markup: str) -> str:
 
 
 def placeholder(state: dict[str, Any], model_id: str) -> str | None:
-    """The HTML that stands for the widget ``model_id`` before it is drawn: its first picture,
-    an ``img`` whose alt text is the explorer's caption (its first text, which says what the
-    pictures show) followed by the readout of this frame (the first text frame after the
-    picture, which gives its numbers); or, for an explorer without pictures, its first text
-    frame. None for a widget that has neither."""
+    """The HTML that stands for the widget ``model_id`` before it is drawn.
+
+    For an explorer with pictures: a ``div.explorer-placeholder`` holding its first picture
+    (an ``img`` of class ``WIDE_CLASS``) and, where the explorer has a narrow set of frames
+    for phones, the first of those (class ``NARROW_CLASS``; book.css shows the one that the
+    live explorer would show at that width). Their alt text is the explorer's caption (its
+    first text, which says what the pictures show) followed by the readout of this frame (the
+    first text frame after the picture, which gives its numbers). For an explorer without
+    pictures, its first text frame. None for a widget that has neither."""
     root = state.get(model_id)
     if root is None:
         return None
-    caption = readout = picture = None
-    for model in _walk(state, root):
+    caption = readout = None
+    pictures: dict[bool, str] = {}  # narrow? -> the first picture of that set
+    for model, narrow in _walk(state, root):
         name = model.get("model_name")
         fields = model.get("state", {})
         words = _text(fields.get("value", "")) if name == "HTMLModel" else ""
         if name == "HTMLModel" and FRAME_CLASS in (fields.get("_dom_classes") or []):
-            if picture is None:
+            if not pictures:
                 return f'<div class="{PLACEHOLDER_CLASS}">{fields.get("value", "")}</div>'
             readout = readout or words
         elif words:
             caption = caption or words
-        elif name == "ImageModel" and picture is None:
-            picture = _image_source(model)
-    if picture is None:
+        elif name == "ImageModel" and narrow not in pictures:
+            if source := _image_source(model):
+                pictures[narrow] = source
+    if False not in pictures:
         return None
-    alt = " ".join(part for part in (caption, readout) if part) or "explorer picture"
-    return (f'<img class="{PLACEHOLDER_CLASS}" src="{picture}" '
-            f'alt="{html.escape(alt, quote=True)}">')
+    alt = html.escape(" ".join(part for part in (caption, readout) if part)
+                      or "explorer picture", quote=True)
+    images = "".join(f'<img class="{NARROW_CLASS if narrow else WIDE_CLASS}" src="{source}" '
+                     f'alt="{alt}">' for narrow, source in sorted(pictures.items()))
+    return f'<div class="{PLACEHOLDER_CLASS}">{images}</div>'
 
 
 def page_state(context: dict) -> dict[str, Any] | None:

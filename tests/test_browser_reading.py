@@ -193,7 +193,8 @@ def test_a_code_box_wider_than_a_phone_shows_that_it_scrolls(server, browser):
 def test_an_explorer_shows_its_first_picture_before_its_scripts_run(server, browser):
     """The widget scripts are deferred, and until they have drawn the explorers (here: never,
     their manager is not served) each explorer's place shows its first frame, loaded and
-    described, at the width of the column."""
+    described, as wide as the column allows: the wide frame on a desktop, the narrow one on
+    a phone, as the live explorer would."""
     page = browser.context.new_page()
     page.route("**/embed-amd.js*", lambda route: route.abort())
     try:
@@ -201,13 +202,20 @@ def test_an_explorer_shows_its_first_picture_before_its_scripts_run(server, brow
         deferred = page.evaluate("""() => Array.from(document.querySelectorAll('script[src]'))
             .filter(s => /widgets\\//.test(s.src)).map(s => s.defer)""")
         assert deferred == [True, True, True], deferred
-        stand_ins = page.evaluate(PLACEHOLDERS)
-        assert stand_ins and all(p["found"] and p["shown"] and p["described"] and p["loaded"]
-                                 for p in stand_ins), stand_ins
-        width = page.evaluate("""() => {
-            const img = document.querySelector('img.explorer-placeholder');
-            return [img.getBoundingClientRect().width,
-                    img.closest('.cell_output').getBoundingClientRect().width]; }""")
-        assert 0.5 * width[1] <= width[0] <= width[1] + 1, width
+        for size, frames in (({"width": 1366, "height": 900}, "explorer-wide"),
+                             (PHONE, "explorer-narrow")):
+            width = size["width"]
+            page.set_viewport_size(size)
+            page.wait_for_timeout(200)
+            stand_ins = page.evaluate(PLACEHOLDERS)
+            assert stand_ins and all(p["found"] and p["shown"] and p["described"]
+                                     and p["loaded"] and p["set"] == frames
+                                     for p in stand_ins), (width, stand_ins)
+            shown, column = page.evaluate("""() => {
+                const img = Array.from(document.querySelectorAll('.explorer-placeholder img'))
+                    .find(i => i.getClientRects().length);
+                return [img.getBoundingClientRect().width,
+                        img.closest('.cell_output').getBoundingClientRect().width]; }""")
+            assert 0.5 * column <= shown <= column + 1, (width, shown, column)
     finally:
         page.close()

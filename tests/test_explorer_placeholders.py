@@ -50,9 +50,9 @@ def _toy(selected: int) -> widgets.VBox:
 def test_the_placeholder_is_the_selected_frame_described_by_caption_and_readout(selected):
     root = _toy(selected)
     html = placeholders.placeholder(_state(root), root.model_id)
-    assert html == (f'<img class="explorer-placeholder" src="{_src(PNG[selected])}" '
-                    f'alt="The caption. What the pictures show. d = {4 ** selected}: '
-                    'max &amp; more">')
+    assert html == (f'<div class="explorer-placeholder"><img class="explorer-wide" '
+                    f'src="{_src(PNG[selected])}" alt="The caption. What the pictures show. '
+                    f'd = {4 ** selected}: max &amp; more"></div>')
 
 
 def test_nested_stacks_are_followed_at_their_selected_index():
@@ -97,25 +97,32 @@ def test_the_page_gets_a_placeholder_before_each_view():
         "type": placeholders.STATE_TYPE, "body": json.dumps(state).replace("</", "<\\/")})
     context = {"body": f"<p>text</p>{view}<p>more</p>", "script_files": [script]}
     placeholders.add_placeholders(None, "page", "page.html", context, None)
-    assert context["body"] == (f'<p>text</p><img class="explorer-placeholder" '
-                               f'src="{_src(PNG[1])}" alt="The caption. What the pictures show. '
-                               f'd = 4: max &amp; more">'
+    assert context["body"] == (f'<p>text</p><div class="explorer-placeholder"><img '
+                               f'class="explorer-wide" src="{_src(PNG[1])}" alt="The caption. '
+                               f'What the pictures show. d = 4: max &amp; more"></div>'
                                f"{view}<p>more</p>")
     untouched = {"body": "<p>no widgets</p>", "script_files": []}
     placeholders.add_placeholders(None, "page", "page.html", untouched, None)
     assert untouched["body"] == "<p>no widgets</p>"
 
 
-@pytest.mark.figures
-def test_a_real_explorer_opens_on_the_frame_its_controls_select():
-    """softmax_explorer: the placeholder is the picture the Stacks show at the controls'
-    starting values; its alt text the caption and the readout of that frame."""
-    explorer = W.softmax_explorer(dims=(1, 16, 256), n_keys=8, seed=0)
-    html = placeholders.placeholder(_state(explorer), explorer.model_id)
-    picture = explorer.pictures[next(iter(explorer.pictures))]
+def _selected(picture: widgets.Widget) -> widgets.Image:
     while isinstance(picture, widgets.Stack):
         picture = picture.children[picture.selected_index]
     assert isinstance(picture, widgets.Image)
-    assert f'src="{_src(picture.value)}"' in html
+    return picture
+
+
+@pytest.mark.figures
+def test_a_real_explorer_opens_on_the_frames_its_controls_select():
+    """softmax_explorer: the placeholder holds the pictures its wide and its narrow (phone)
+    Stacks show at the controls' starting values, in that order; their alt text is the
+    caption and the readout of that frame."""
+    explorer = W.softmax_explorer(dims=(1, 16, 256), n_keys=8, seed=0)
+    html = placeholders.placeholder(_state(explorer), explorer.model_id)
+    wide, narrow = _selected(explorer.pictures["softmax"]), _selected(explorer.narrow["softmax"])
+    assert wide.value != narrow.value
+    sources = re.findall(r'<img class="explorer-(wide|narrow)" src="([^"]*)"', html)
+    assert sources == [("wide", _src(wide.value)), ("narrow", _src(narrow.value))]
     alt = re.search(r'alt="([^"]*)"', html).group(1)
     assert alt.startswith("Scores, softmax and its gradient") and "spread" in alt, alt
