@@ -4,10 +4,10 @@ An explorer is drawn by the ipywidgets HTML manager (about 3.6 MB of JavaScript,
 ``defer`` so that the text is shown first) from the widget state that the page embeds. Until
 then its place on the page is empty. This extension writes, for each explorer, the picture it
 opens on as a plain image (``div.explorer-placeholder``, its wide and its narrow frame) where
-the explorer will be drawn, with the explorer's caption and the frame's readout as alt text. The picture is found in
-the embedded state: from the view's root widget down the children, through each ``Stack`` at
-its selected index, to the first picture (an ``Image``), the frame that the live explorer
-shows first. book.css hides the placeholder once the live widget is in the same output
+the explorer will be drawn, with the explorer's caption and the frame's readout as alt text.
+The pictures are found in the embedded state: from the view's root widget down the children,
+through each ``Stack`` at its selected index, to the first picture of each set (an
+``Image``), the frame that the live explorer shows first. book.css hides the placeholder once the live widget is in the same output
 (``.cell_output:has(.jupyter-widgets)``), so a reader without scripts keeps the picture and a
 reader with them gets the explorer in its place. Printed, a page shows the placeholder instead
 of the live explorer.
