@@ -8,9 +8,9 @@ the explorer will be drawn, with the explorer's caption and the frame's readout 
 The pictures are found in the embedded state: from the view's root widget down the children,
 through each ``Stack`` at its selected index, to the first picture of each set (an
 ``Image``), the frame that the live explorer shows first. book.css hides the placeholder
-once the live widget is in the same output (``.cell_output:has(.jupyter-widgets)``), so a reader without scripts keeps the picture and a
-reader with them gets the explorer in its place. Printed, a page shows the placeholder instead
-of the live explorer.
+once the live widget is in the same output (``.cell_output:has(.jupyter-widgets)``), so a
+reader without scripts keeps the picture and a reader with them gets the explorer in its
+place. Printed, a page shows the placeholder instead of the live explorer.
 
 A frame that is text (an explorer whose frames are HTML, class ``explorer-frame``) is written
 as that HTML in a ``div.explorer-placeholder``.
