@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import MultiHeadAttention, causal_mask, masked_softmax
 
 from book_support import ensure_built_book
 
@@ -22,9 +22,25 @@ def _unseen_directions() -> float:
     return 512 - int(torch.linalg.matrix_rank(w_k))
 
 
+def _score_divisor() -> float:
+    """What each head of a 1024-wide, 16-head layer divides its scores by: sqrt(D)."""
+    return MultiHeadAttention(d_model=1024, n_heads=16).head_dim ** 0.5
+
+
+def _cross_weights() -> int:
+    """The numbers in a cross-attention's weights, decoder 6 and source 9, batch 3, 8 heads."""
+    layer = MultiHeadAttention(d_model=16, n_heads=8, keep_weights=True)
+    layer(torch.randn(3, 6, 16), context=torch.randn(3, 9, 16))
+    return layer.last_weights.numel()  # (B, H, T, S)
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
+    "quiz_score_divisor": _score_divisor,
+    "quiz_softmax_weight": lambda: masked_softmax(torch.tensor([3.0, 3.0, 0.0]))[0].item(),
+    "quiz_predictions": lambda: int(causal_mask(5).any(dim=-1).sum()),
     "quiz_unseen_directions": _unseen_directions,
+    "quiz_cross_weights": _cross_weights,
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
