@@ -11,6 +11,11 @@
     return String(text).trim() !== "" && Number.isFinite(value) ? value : null;
   }
 
+  // Two messages in a row: a space between them, none after a full-width stop (Chinese).
+  function both(first, second) {
+    return first + (/[\u3002\uff01\uff1f\uff1a]$/.test(first) ? "" : " ") + second;
+  }
+
   function setUp(form) {
     const data = form.dataset;
     const verdict = form.querySelector(".quiz-verdict");
@@ -57,7 +62,7 @@
       const value = number(field.value);
       if (value === null) return say(data.msgNan, null, null);
       if (Math.abs(value - Number(data.key)) <= Number(data.tolerance)) {
-        return say(data.msgCorrect + " " + data.msgAnswer.replace("{answer}", data.shown),
+        return say(both(data.msgCorrect, data.msgAnswer.replace("{answer}", data.shown)),
                    "right", null);
       }
       wrongTries += 1;
@@ -66,7 +71,7 @@
       });
       if (wrongTries >= 2) {  // the second wrong try shows the key
         form.classList.add("quiz-revealed");
-        return say(data.msgWrong + " " + data.msgAnswer.replace("{answer}", data.shown),
+        return say(both(data.msgWrong, data.msgAnswer.replace("{answer}", data.shown)),
                    "wrong", foreseen || null);
       }
       return say(foreseen ? data.msgWrong : data.msgAgain, "wrong", foreseen || null);
