@@ -233,7 +233,8 @@ def visit_quiz_html(translator: Any, node: quiz) -> None:
     answers = [child for child in node.children if isinstance(child, quiz_answer)]
     attributes = {"class": f"quiz quiz-{node['kind']}", "id": ident,
                   "aria-labelledby": f"{ident}-question", "data-kind": node["kind"],
-                  **{f"data-msg-{name}": text for name, text in words.items()}}
+                  **{f"data-msg-{name}": text for name, text in words.items()
+                     if not name.startswith("colab_")}}
     if node["kind"] == "choice":
         attributes["data-answer"] = str(node["answer"])
     else:
