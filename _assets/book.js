@@ -223,7 +223,9 @@
     document.querySelectorAll(".admonition.dropdown").forEach((fold) => {
       const title = fold.querySelector(":scope > .admonition-title");
       if (!title) return;
-      const asked = fold.previousElementSibling;
+      let asked = fold.previousElementSibling;
+      // A self-check question may be a quiz (_ext/quiz.py): its question's first paragraph.
+      if (asked && asked.matches("form.quiz")) asked = asked.querySelector(".quiz-question > p");
       const number = asked && asked.matches("p") && asked.firstElementChild &&
         asked.firstElementChild.matches("strong") &&
         /^(\d+)\.$/.exec(asked.firstElementChild.textContent.trim());

@@ -19,6 +19,9 @@ Markdown cells:
 - ``{exercise}`` becomes a heading, ``### Exercise 1.4 (title)``, numbered as the book
   numbers it (the chapter's number in ``_toc.yml``, counted over the chapter's pages) and
   worded as the edition's entry says (``exercise``), then the exercise's text;
+- ``{quiz}`` becomes its question and its choices as a list, then ``<details>`` with the
+  right answer (for a numeric quiz: the name of its key, which a code cell computes) and the
+  feedback of every foreseen answer;
 - ``{solution}`` becomes ``<details>`` whose summary names the exercise, as the book's
   folded block does ("Solution to Exercise 1.4 (title)", in sphinx-exercise's words for the
   language);
@@ -64,6 +67,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import quizzes
 import yaml
 
 from i18n import languages as book_languages
@@ -224,6 +228,7 @@ class Edition:
             one without a title.
         solution_to: the words before the exercise a solution belongs to, ``Solution to``.
         admonitions: ``ADMONITIONS`` in the language.
+        quiz: the quiz's words in the language (``UI_STRINGS`` of ``_ext/quiz.py``).
         exercises: every exercise's label -> its number and heading, ``("1.4", "Exercise 1.4
             (title)")`` (``exercise_headings``).
     """
@@ -234,6 +239,7 @@ class Edition:
     solution_to: str
     admonitions: dict[str, str]
     exercises: dict[str, tuple[str, str]] = field(default_factory=dict)
+    quiz: dict[str, str] = field(default_factory=dict)
 
     @property
     def site(self) -> str:
@@ -276,7 +282,43 @@ def edition(book: Book, language: Language) -> Edition:
         exercise_words.gettext("Solution to"),
         {key: sphinx_words.gettext(word) for key, word in ADMONITIONS.items()})
     found.exercises.update(exercise_headings(found))
+    found.quiz.update(_quiz_extension().words(language.catalogs if language.folder else None))
     return found
+
+
+def _quiz_extension():
+    """``_ext/quiz.py``, the book's quiz directive, whose words the copies use."""
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        import quiz
+    finally:
+        sys.path.pop(0)
+    return quiz
+
+
+def render_quiz(directive: Directive, cell: Cell) -> str:
+    """A ``{quiz}`` as plain Markdown: its question, its choices as a list (none for a
+    number), then, folded, the right answer and the feedback of every foreseen answer."""
+    try:
+        found = quizzes.parse_body(directive.body)
+    except ValueError as exc:
+        raise cell.fail(str(exc)) from None
+    words = cell.edition.quiz
+    question = convert_markdown(found.question, cell)
+    shown = [convert_inline(answer, cell) for answer, _ in found.answers]
+    if "key" in directive.options:
+        head = question
+        answer = words["colab_key"].format(key=directive.options["key"])
+    else:
+        head = question + "\n\n" + "\n".join(f"- {text}" for text in shown)
+        number = int(directive.options.get("answer", 0))
+        if not 1 <= number <= len(shown):
+            raise cell.fail(f"a quiz whose :answer: ({number}) is none of its choices")
+        answer = words["colab_choice"].format(number=number, answer=shown[number - 1])
+    feedback = "\n".join(f"- **{text}** — " + "\n  ".join(
+        convert_markdown(explain, cell).split("\n")) for text, (_, explain)
+        in zip(shown, found.answers))
+    return head + "\n\n" + details(words["colab_title"], f"{answer}\n\n{feedback}")
 
 
 def exercise_headings(edition: Edition) -> dict[str, tuple[str, str]]:
@@ -419,6 +461,8 @@ def render_directive(directive: Directive, cell: Cell) -> str:
     if name.startswith("glue"):
         raise cell.fail(f"{{{name}}} shows a value of the executed notebook, and the "
                         "notebooks are stored without outputs: write the value in the text")
+    if name == "quiz":
+        return render_quiz(directive, cell)
     body = convert_markdown(body, cell)
     if name == "exercise":
         if options.get("label") not in edition.exercises:

@@ -26,15 +26,19 @@ becomes the stubs, where the student pastes the functions that passed in their c
 
 The book executes cells 2 and 3 without showing them and shows the reference code only in
 the folded solution. A self-check answer is a Markdown cell of its own, tagged ``answer``,
-holding one ``{admonition}`` directive with ``:class: dropdown``.
+holding one ``{admonition}`` directive with ``:class: dropdown``. A self-check question is
+a Markdown cell that is one ``{quiz}`` directive (``_ext/quiz.py``); the keys of a page's
+numeric quizzes are computed by one code cell tagged ``quiz-keys``.
 
 What changes from a chapter (``chapters/*.ipynb``) to its student copy:
 
 - the lines between the two markers become ``# YOUR CODE HERE`` and
   ``raise NotImplementedError()``, indented like the markers (in a class, every method's
   body becomes this stub);
-- a Markdown cell holding a ``{solution}`` directive, a Markdown cell tagged ``answer``, and
-  every cell tagged ``instructor`` are left out;
+- a Markdown cell holding a ``{solution}`` directive, a Markdown cell tagged ``answer``, the
+  cell tagged ``quiz-keys`` and every cell tagged ``instructor`` are left out;
+- a ``{quiz}`` cell becomes its question and, for a multiple choice, its choices as a list
+  (tools/quizzes.py): the right answer, the key's name and the feedback are left out;
 - ``assert check_...(...)`` becomes a plain call, so that an unfinished exercise is reported
   by its checker ("not attempted yet") instead of stopping the notebook;
 - the cell with a solution region (now the stub) and the cell with a check lose the tags
@@ -70,6 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import quizzes
 
 from setup_cell import is_setup_cell, setup_cell_source
 
@@ -83,6 +88,7 @@ STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 INSTRUCTOR_TAG = "instructor"
 ANSWER_TAG = "answer"
 PASTE_TAG = "paste"  # a capstone's cell of functions written in earlier chapters
+QUIZ_KEYS_TAG = "quiz-keys"  # the code cell that computes a self-check's numeric keys
 # Tags that hide a cell or its code in the book; taken off the stub and the check cell.
 HIDING_TAGS = ("remove-cell", "remove-input", "hide-input", "hide-cell")
 _SOLUTION_OPEN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
@@ -309,7 +315,7 @@ def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
     for index, cell in enumerate(nb.cells):
         where = _where(name, index, cell)
         tags = cell.get("metadata", {}).get("tags", [])
-        if INSTRUCTOR_TAG in tags:
+        if INSTRUCTOR_TAG in tags or QUIZ_KEYS_TAG in tags:
             continue
         if ANSWER_TAG in tags:
             if cell.cell_type != "markdown":
@@ -332,6 +338,9 @@ def student_notebook(nb, name: str = "<notebook>", chapter: str | None = None,
             if text is not None:
                 numbered += 1
                 cell.source = text
+            found = quizzes.parse(cell.source)
+            if found is not None:
+                cell.source = quizzes.student_markdown(found)
         cells.append(cell)
     student.cells = cells
     nbformat.validate(student)

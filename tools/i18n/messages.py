@@ -18,6 +18,10 @@ Markdown but in the saved state of their widgets: ``update`` also collects them 
 built source edition (``_build/html``, so after ``make book``) into one more catalog per
 language, ``widgets.po``, which the translated builds apply (``_ext/i18n_widgets.py``).
 
+The quizzes' own words (their buttons and messages, ``UI_STRINGS`` of ``_ext/quiz.py``) are
+in one more catalog per language, ``quiz.po``, which ``update`` keeps in step with that list
+and the translated builds and Colab copies apply.
+
 A language's ``complete`` (``_config.yml``) lists the pages whose translation is finished
 (``true``: every page of the book); ``check`` (and tests/test_i18n.py) fail when one of their
 messages is untranslated or fuzzy, when a translation's inline math differs from its English
@@ -44,6 +48,7 @@ from i18n.languages import LOCALES, ROOT, Language, translations
 GETTEXT = ROOT / "_build" / "gettext"  # jupyter-book's output folder of the extraction
 SOURCE_HTML = ROOT / "_build" / "html"  # the source edition, as `make book` writes it
 WIDGETS = "widgets"  # the catalog of the explorers' words (_ext/i18n_widgets.py)
+QUIZ = "quiz"  # the catalog of the quizzes' own words (_ext/quiz.py, CATALOG)
 
 
 def toc_pages() -> list[str]:
@@ -153,14 +158,50 @@ def _translations(catalogs: Path) -> dict[str, str]:
     return found
 
 
-def _i18n_widgets():
-    """``_ext/i18n_widgets.py``: where the explorers' words are in a widget state."""
+def _extension(name: str):
+    """A module of ``_ext/`` (the book's Sphinx extensions, not a package)."""
     sys.path.insert(0, str(ROOT / "_ext"))
     try:
-        import i18n_widgets
+        return __import__(name)
     finally:
         sys.path.pop(0)
-    return i18n_widgets
+
+
+def update_quiz(language: Language) -> Path:
+    """Bring a language's ``quiz.po`` in step with the quizzes' own words (``UI_STRINGS`` of
+    ``_ext/quiz.py``: the buttons and messages of every quiz): new words arrive untranslated,
+    changed ones fuzzy beside the old translation, words no longer used are dropped.
+
+    Args:
+        language: a translated edition's language.
+
+    Returns:
+        The catalog's path.
+    """
+    template = Catalog(project=language.title, fuzzy=False)
+    for name, text in _extension("quiz").UI_STRINGS.items():
+        template.add(text, locations=[(f"_ext/quiz.py:{name}", 0)])
+    return _merge(template, catalog(QUIZ, language.catalogs), language)
+
+
+def _merge(template: Catalog, path: Path, language: Language) -> Path:
+    """Merge ``template`` into the catalog at ``path`` (made if missing), obsolete ones out."""
+    if path.exists():
+        with path.open("rb") as f:
+            held = read_po(f)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        held = Catalog(locale=language.code, project=language.title, fuzzy=False)
+    held.update(template, update_header_comment=False, update_creation_date=False)
+    held.obsolete.clear()
+    with path.open("wb") as f:
+        write_po(f, held, width=0, omit_header=False)
+    return path
+
+
+def _i18n_widgets():
+    """``_ext/i18n_widgets.py``: where the explorers' words are in a widget state."""
+    return _extension("i18n_widgets")
 
 
 def widget_messages(html: Path = SOURCE_HTML) -> dict[str, list[str]]:
@@ -204,18 +245,7 @@ def update_widgets(language: Language, html: Path = SOURCE_HTML) -> Path:
     for page, texts in widget_messages(html).items():
         for text in texts:
             template.add(text, locations=[(page, 0)])
-    path = catalog(WIDGETS, language.catalogs)
-    if path.exists():
-        with path.open("rb") as f:
-            held = read_po(f)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        held = Catalog(locale=language.code, project=language.title, fuzzy=False)
-    held.update(template, update_header_comment=False, update_creation_date=False)
-    held.obsolete.clear()
-    with path.open("wb") as f:
-        write_po(f, held, width=0, omit_header=False)
-    return path
+    return _merge(template, catalog(WIDGETS, language.catalogs), language)
 
 
 def catalog(page: str, catalogs: Path) -> Path:
@@ -289,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
             update(templates, language)
             print(f"catalogs updated: {language.catalogs.relative_to(ROOT)}")
         for language in translations():
+            path = update_quiz(language)
+            print(f"the quizzes' words updated: {path.relative_to(ROOT)}")
+        for language in translations():
             try:
                 path = update_widgets(language)
             except FileNotFoundError as error:  # the pages' catalogs are done all the same
@@ -300,10 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     found, summary = [], []
     for language in translations():
         pages = complete(language)
-        checked = (*pages, WIDGETS) if pages else ()
+        checked = (*pages, WIDGETS, QUIZ) if pages else ()
         found += [f"{language.code}: {line}" for page in checked
                   for line in problems(page, language.catalogs)]
         summary.append(f"{language.code}: {len(pages)} translated pages"
-                       + (" and the explorers' words" if pages else "") + " complete")
+                       + (" and the explorers' and quizzes' words" if pages else "")
+                       + " complete")
     print("\n".join(found or summary))
     return 1 if found else 0
