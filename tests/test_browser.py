@@ -12,7 +12,8 @@ Reading: the sidebar buttons (☰ and "contents") open and close their drawers w
 a phone and ☰ collapses the sidebar on a desktop; at 320, 360 and 390 px no formula is
 clipped (defined at ``CLIPPED_MATH_JS``); at 1366 × 900 figures are sharp on high-density
 screens, no code, output or table hides behind a sideways scroll, and each chapter's first
-section starts within 1,350 px; the favicon is served; search snippets show no TeX; slider
+section starts within 1,350 px; the first screen of every chapter page (1366 × 900 and
+390 × 844) shows its title, its lede, a picture and the first objective; the favicon is served; search snippets show no TeX; slider
 handles have a name and a 24 px touch target, and kernel-only controls are not shown.
 
 ``BOOK_HTML=/path/to/html`` runs these tests on a build made elsewhere (tests/book_support.py).
