@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import pytest
 import test_browser as english
-from test_browser import _wait_for_widgets
+from test_browser import (
+    CHAPTER_PAGES,
+    FIRST_SCREEN_JS,
+    _wait_for_widgets,
+    first_screen_problems,
+)
 
 from book_support import toc_docnames
 from i18n import languages
@@ -61,7 +66,8 @@ def _violations(axe, page, *, contrast: bool = True) -> list[str]:
 
 def check_page(server, browser, axe, edition: str, docname: str, widths: tuple[str, ...]):
     """Load ``docname`` of ``edition`` once and fail on any serious or critical violation at
-    each of ``widths``."""
+    each of ``widths``; a translated chapter page also on a first screen (at 390 × 844 and
+    1366 × 900) without its title, lede, picture and objectives."""
     folder = "" if edition == "en" else f"{edition}/"
     page, _ = browser.open(f"{server}/{folder}{docname}.html")
     try:
@@ -73,6 +79,14 @@ def check_page(server, browser, axe, edition: str, docname: str, widths: tuple[s
             page.wait_for_timeout(300)  # the layout, and book.js's marks, after the resize
             found += [f"at {width}: {v}"
                       for v in _violations(axe, page, contrast=width == widths[0])]
+        if edition != "en" and docname in CHAPTER_PAGES:
+            # The same load serves the translated edition's first-screen probe (the English
+            # one is in test_browser.py's crawls): title, lede, picture and objectives.
+            for size in (PHONE, DESKTOP):
+                page.set_viewport_size(size)
+                page.wait_for_timeout(200)
+                found += [f"first screen at {size['width']} px: {problem}" for problem in
+                          first_screen_problems(page.evaluate(FIRST_SCREEN_JS), size["height"])]
         assert not found, f"{folder}{docname}:\n" + "\n".join(found)
     finally:
         page.close()
