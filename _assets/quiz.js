@@ -6,10 +6,19 @@
 (function () {
   "use strict";
 
+  // A typed number: "1,024" and "1 024" are 1024 (digits grouped by threes after a first
+  // digit that is not 0), "0,5" is 0.5 (a decimal comma), "−3" is -3.
   function number(text) {
-    const value = Number(String(text).trim().replace(",", ".").replace("\u2212", "-"));
-    return String(text).trim() !== "" && Number.isFinite(value) ? value : null;
+    let typed = String(text).trim().replace(/\u2212/g, "-").replace(/[\s\u00a0_']/g, "");
+    if (/^[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d+)?$/.test(typed)) {
+      typed = typed.replace(/,/g, "");
+    } else {
+      typed = typed.replace(",", ".");
+    }
+    const value = Number(typed);
+    return typed !== "" && Number.isFinite(value) ? value : null;
   }
+  window.quizNumber = number;  // for the tests
 
   // Two messages in a row: a space between them, none after a full-width stop (Chinese).
   function both(first, second) {

@@ -70,6 +70,9 @@ def test_a_quiz_answers_back_by_keyboard(server, browser, folder):
         page.wait_for_timeout(100)
         state = number.evaluate(_SHOWN)
         assert state["right"] and state["verdict"].startswith(correct) and key in state["verdict"]
+        typed = page.evaluate("""() => ['1,024', '1 024', '0,5', '−3', '2.5', '', 'one', '0,488']
+            .map(t => window.quizNumber(t))""")
+        assert typed == [1024, 1024, 0.5, -3, 2.5, None, None, 0.488], typed
         assert not problems, "\n".join(problems)
     finally:
         page.close()
