@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 
 from book_support import ensure_built_book
 
@@ -22,9 +22,35 @@ def _unseen_directions() -> float:
     return 512 - int(torch.linalg.matrix_rank(w_k))
 
 
+def _score_divisor() -> float:
+    """The number a head of a 512-wide, 8-head layer divides its scores by (chapter 0)."""
+    D = MultiHeadAttention(d_model=512, n_heads=8).head_dim
+    q = torch.ones(1, D, dtype=torch.float64)  # (T, D)
+    k = torch.stack([torch.ones(D), torch.zeros(D)]).double()  # (S, D): scores D/s and 0
+    _, w = scaled_dot_product_attention(q, k, k)  # (T, S)
+    return round(D / torch.log(w[0, 0] / w[0, 1]).item(), 6)
+
+
+def _cross_weights_kib() -> float:
+    """KiB of the fp32 weights of 4-head cross-attention, 6 queries, 10 keys, batch 32."""
+    layer = MultiHeadAttention(d_model=512, n_heads=4, keep_weights=True)
+    with torch.no_grad():
+        layer(torch.zeros(32, 6, 512), torch.zeros(32, 10, 512))
+    w = layer.last_weights  # (B, H, T, S)
+    return w.numel() * w.element_size() / 1024
+
+
+def _mqa_parameters() -> int:
+    """Parameters of a multi-query layer of width 16 with 4 query heads, biases included."""
+    return sum(p.numel() for p in MultiHeadAttention(16, 4, n_kv_heads=1).parameters())
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
     "quiz_unseen_directions": _unseen_directions,
+    "quiz_score_divisor": _score_divisor,
+    "quiz_cross_weights_kib": _cross_weights_kib,
+    "quiz_mqa_parameters": _mqa_parameters,
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
