@@ -3,12 +3,16 @@ recomputed here (the page glued it when the book was executed: _ext/quiz.py)."""
 from __future__ import annotations
 
 import html
+import math
 import re
 
 import pytest
 import torch
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.encoder_decoder import LabelSmoothingLoss, noam_lambda
+from transformer_lib.norms import RMSNorm
+from transformer_lib.positional import sinusoidal_encoding
 
 from book_support import ensure_built_book
 
@@ -45,12 +49,39 @@ def _mqa_parameters() -> int:
     return sum(p.numel() for p in MultiHeadAttention(16, 4, n_kv_heads=1).parameters())
 
 
+def _rms_norm_channel() -> float:
+    """RMSNorm (unit gain) of the channels [3, 5, 7, 5]: the third channel."""
+    return RMSNorm(4)(torch.tensor([[3.0, 5.0, 7.0, 5.0]]))[0, 2].item()
+
+
+def _noam_rate_16000() -> float:
+    """The Noam rate at step 16,000 for d_model 512 and 4,000 warmup steps, in 1e-4."""
+    return noam_lambda(512, 4000)(16_000) * 1e4
+
+
+def _smoothing_floor() -> float:
+    """The lowest LabelSmoothingLoss(0.1) over 11 tokens: the loss of predicting q."""
+    q = torch.full((1, 11), 0.1 / 11)  # (N, V)
+    q[0, 0] += 0.9
+    return LabelSmoothingLoss(0.1)(q.log(), torch.tensor([0])).item()
+
+
+def _longest_wavelength() -> float:
+    """The longest wavelength of the sinusoidal encoding for d = 128, in 1,000 positions."""
+    pe = sinusoidal_encoding(2, 128)  # (T, d)
+    return 2 * math.pi / math.atan2(pe[1, 126].item(), pe[1, 127].item()) / 1000
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
     "quiz_unseen_directions": _unseen_directions,
     "quiz_score_divisor": _score_divisor,
     "quiz_cross_weights_kib": _cross_weights_kib,
     "quiz_mqa_parameters": _mqa_parameters,
+    "quiz_rms_norm_channel": _rms_norm_channel,
+    "quiz_noam_rate_16000": _noam_rate_16000,
+    "quiz_smoothing_floor": _smoothing_floor,
+    "quiz_longest_wavelength": _longest_wavelength,
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
