@@ -3,12 +3,21 @@ recomputed here (the page glued it when the book was executed: _ext/quiz.py)."""
 from __future__ import annotations
 
 import html
+import math
 import re
 
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention, causal_mask, masked_softmax
+from transformer_lib.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
+from transformer_lib.encoder_decoder import LabelSmoothingLoss, noam_lambda
+from transformer_lib.norms import RMSNorm
+from transformer_lib.positional import sinusoidal_encoding
 
 from book_support import ensure_built_book
 
@@ -20,6 +29,52 @@ def _unseen_directions() -> float:
     layer = MultiHeadAttention(d_model=512, n_heads=8)
     w_k = layer.k_proj.weight[: layer.head_dim].T  # (C, D): head 0's W_K
     return 512 - int(torch.linalg.matrix_rank(w_k))
+
+
+def _setup_score_divisor() -> float:
+    """The number a head of a 512-wide, 8-head layer divides its scores by (chapter 0)."""
+    D = MultiHeadAttention(d_model=512, n_heads=8).head_dim
+    q = torch.ones(1, D, dtype=torch.float64)  # (T, D)
+    k = torch.stack([torch.ones(D), torch.zeros(D)]).double()  # (S, D): scores D/s and 0
+    _, w = scaled_dot_product_attention(q, k, k)  # (T, S)
+    return round(D / torch.log(w[0, 0] / w[0, 1]).item(), 6)
+
+
+def _cross_weights_kib() -> float:
+    """KiB of the fp32 weights of 4-head cross-attention, 6 queries, 10 keys, batch 32."""
+    layer = MultiHeadAttention(d_model=512, n_heads=4, keep_weights=True)
+    with torch.no_grad():
+        layer(torch.zeros(32, 6, 512), torch.zeros(32, 10, 512))
+    w = layer.last_weights  # (B, H, T, S)
+    return w.numel() * w.element_size() / 1024
+
+
+def _mqa_parameters() -> int:
+    """Parameters of a multi-query layer of width 16 with 4 query heads, biases included."""
+    return sum(p.numel() for p in MultiHeadAttention(16, 4, n_kv_heads=1).parameters())
+
+
+def _rms_norm_channel() -> float:
+    """RMSNorm (unit gain) of the channels [3, 5, 7, 5]: the third channel."""
+    return RMSNorm(4)(torch.tensor([[3.0, 5.0, 7.0, 5.0]]))[0, 2].item()
+
+
+def _noam_rate_16000() -> float:
+    """The Noam rate at step 16,000 for d_model 512 and 4,000 warmup steps, in 1e-4."""
+    return noam_lambda(512, 4000)(16_000) * 1e4
+
+
+def _smoothing_floor() -> float:
+    """The lowest LabelSmoothingLoss(0.1) over 11 tokens: the loss of predicting q."""
+    q = torch.full((1, 11), 0.1 / 11)  # (N, V)
+    q[0, 0] += 0.9
+    return LabelSmoothingLoss(0.1)(q.log(), torch.tensor([0])).item()
+
+
+def _longest_wavelength() -> float:
+    """The longest wavelength of the sinusoidal encoding for d = 128, in 1,000 positions."""
+    pe = sinusoidal_encoding(2, 128)  # (T, d)
+    return 2 * math.pi / math.atan2(pe[1, 126].item(), pe[1, 127].item()) / 1000
 
 
 def _score_divisor() -> float:
@@ -34,13 +89,24 @@ def _cross_weights() -> int:
     return layer.last_weights.numel()  # (B, H, T, S)
 
 
-# A numeric quiz's key name (``:key:``) -> the library call that computes it.
+# Page -> its numeric quizzes' key names (``:key:``) -> the library call that computes each.
 KEYS = {
-    "quiz_score_divisor": _score_divisor,
-    "quiz_softmax_weight": lambda: masked_softmax(torch.tensor([3.0, 3.0, 0.0]))[0].item(),
-    "quiz_predictions": lambda: int(causal_mask(5).any(dim=-1).sum()),
-    "quiz_unseen_directions": _unseen_directions,
-    "quiz_cross_weights": _cross_weights,
+    "00_setup": {"quiz_score_divisor": _setup_score_divisor},
+    "01_attention": {
+        "quiz_score_divisor": _score_divisor,
+        "quiz_softmax_weight": lambda: masked_softmax(torch.tensor([3.0, 3.0, 0.0]))[0].item(),
+    },
+    "01b_masks_and_cost": {"quiz_predictions": lambda: int(causal_mask(5).any(dim=-1).sum())},
+    "02_qkv_roles": {"quiz_unseen_directions": _unseen_directions},
+    "02b_encoder_decoder": {"quiz_cross_weights": _cross_weights},
+    "03_multi_head": {"quiz_cross_weights_kib": _cross_weights_kib},
+    "03b_what_heads_learn": {"quiz_mqa_parameters": _mqa_parameters},
+    "04_normalisation": {"quiz_rms_norm_channel": _rms_norm_channel},
+    "04b_training_recipe": {
+        "quiz_noam_rate_16000": _noam_rate_16000,
+        "quiz_smoothing_floor": _smoothing_floor,
+    },
+    "05_positional": {"quiz_longest_wavelength": _longest_wavelength},
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
@@ -62,8 +128,9 @@ def test_every_numeric_key_equals_its_library_call():
     assert found, "no numeric quiz in the built book"
     for page, attributes in found:
         name = attributes["data-key-name"]
-        assert name in KEYS, f"{page}: add the library call of {name!r} to KEYS"
-        expected = float(KEYS[name]())
+        calls = KEYS.get(page, {})
+        assert name in calls, f"{page}: add the library call of {name!r} to KEYS[{page!r}]"
+        expected = float(calls[name]())
         assert float(attributes["data-key"]) == pytest.approx(expected, rel=1e-6, abs=1e-9), (
             page, name)
 
