@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.ffn import FeedForward, SwiGLU
+from transformer_lib.positional import rope_frequencies
 
 from book_support import ensure_built_book
 
@@ -22,9 +24,22 @@ def _unseen_directions() -> float:
     return 512 - int(torch.linalg.matrix_rank(w_k))
 
 
+def _n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _swiglu_width() -> float:
+    """The SwiGLU width h (d = 1024) whose weights equal a ReLU FFN's of width 4d."""
+    return _n_params(FeedForward(1024, 4096, bias=False)) / _n_params(SwiGLU(1024, 1))
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
     "quiz_unseen_directions": _unseen_directions,
+    # chapter 5b: the angle of pair 1 (D = 8, base 10,000) at offset 41
+    "quiz_pair1_angle": lambda: 41 * rope_frequencies(8)[1].item(),
+    # chapter 6
+    "quiz_swiglu_width": _swiglu_width,
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
