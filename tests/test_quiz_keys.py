@@ -8,9 +8,10 @@ import re
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import MultiHeadAttention, causal_mask
 from transformer_lib.ffn import FeedForward, SwiGLU
 from transformer_lib.positional import rope_frequencies
+from transformer_lib.sampling import next_token_probs
 
 from book_support import ensure_built_book
 
@@ -40,6 +41,11 @@ KEYS = {
     "quiz_pair1_angle": lambda: 41 * rope_frequencies(8)[1].item(),
     # chapter 6
     "quiz_swiglu_width": _swiglu_width,
+    # chapter 6b: token 0 of the logits [2, 1, 0] at temperature 2
+    "quiz_tau2_prob": lambda: next_token_probs(torch.tensor([[2.0, 1.0, 0.0]]),
+                                               temperature=2.0)[0, 0].item(),
+    # chapter 7: visible entries of the mask of 3 new tokens after 10 cached
+    "quiz_visible_pairs": lambda: int(causal_mask(3, 13).sum()),
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
