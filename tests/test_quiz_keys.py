@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from transformer_lib.attention import MultiHeadAttention, causal_mask
+from transformer_lib.cache import KVCache
 from transformer_lib.ffn import FeedForward, SwiGLU
 from transformer_lib.positional import rope_frequencies
 from transformer_lib.sampling import next_token_probs
@@ -34,6 +35,11 @@ def _swiglu_width() -> float:
     return _n_params(FeedForward(1024, 4096, bias=False)) / _n_params(SwiGLU(1024, 1))
 
 
+def _kv_bytes_per_token() -> int:
+    """Cache bytes per token: 24 layers, 4 key/value heads of 64 channels, float16."""
+    return KVCache(24, 1, 4, 1, 64, dtype=torch.float16).nbytes
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
     "quiz_unseen_directions": _unseen_directions,
@@ -46,6 +52,11 @@ KEYS = {
                                                temperature=2.0)[0, 0].item(),
     # chapter 7: visible entries of the mask of 3 new tokens after 10 cached
     "quiz_visible_pairs": lambda: int(causal_mask(3, 13).sum()),
+    # chapter 7b
+    "quiz_kv_bytes_per_token": _kv_bytes_per_token,
+    # chapter 7c: the likeliest of [0.5, 0.25, 0.15, 0.1] after top-p 0.7
+    "quiz_top_p_prob": lambda: next_token_probs(
+        torch.tensor([[0.5, 0.25, 0.15, 0.1]]).log(), top_p=0.7)[0, 0].item(),
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
