@@ -15,9 +15,12 @@ from transformer_lib.attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
+from transformer_lib.cache import KVCache
 from transformer_lib.encoder_decoder import LabelSmoothingLoss, noam_lambda
+from transformer_lib.ffn import FeedForward, SwiGLU
 from transformer_lib.norms import RMSNorm
-from transformer_lib.positional import sinusoidal_encoding
+from transformer_lib.positional import rope_frequencies, sinusoidal_encoding
+from transformer_lib.sampling import next_token_probs
 
 from book_support import ensure_built_book
 
@@ -89,6 +92,20 @@ def _cross_weights() -> int:
     return layer.last_weights.numel()  # (B, H, T, S)
 
 
+def _n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _swiglu_width() -> float:
+    """The SwiGLU width h (d = 1024) whose weights equal a ReLU FFN's of width 4d."""
+    return _n_params(FeedForward(1024, 4096, bias=False)) / _n_params(SwiGLU(1024, 1))
+
+
+def _kv_bytes_per_token() -> int:
+    """Cache bytes per token: 24 layers, 4 key/value heads of 64 channels, float16."""
+    return KVCache(24, 1, 4, 1, 64, dtype=torch.float16).nbytes
+
+
 # Page -> its numeric quizzes' key names (``:key:``) -> the library call that computes each.
 KEYS = {
     "00_setup": {"quiz_score_divisor": _setup_score_divisor},
@@ -107,6 +124,18 @@ KEYS = {
         "quiz_smoothing_floor": _smoothing_floor,
     },
     "05_positional": {"quiz_longest_wavelength": _longest_wavelength},
+    # the angle of pair 1 (D = 8, base 10,000) at offset 41
+    "05b_rope_in_practice": {"quiz_pair1_angle": lambda: 41 * rope_frequencies(8)[1].item()},
+    "06_modern_decoder": {"quiz_swiglu_width": _swiglu_width},
+    # token 0 of the logits [2, 1, 0] at temperature 2
+    "06b_testing_and_sampling": {"quiz_tau2_prob": lambda: next_token_probs(
+        torch.tensor([[2.0, 1.0, 0.0]]), temperature=2.0)[0, 0].item()},
+    # visible entries of the mask of 3 new tokens after 10 cached
+    "07_kv_cache": {"quiz_visible_pairs": lambda: int(causal_mask(3, 13).sum())},
+    "07b_serving": {"quiz_kv_bytes_per_token": _kv_bytes_per_token},
+    # the likeliest of [0.5, 0.25, 0.15, 0.1] after top-p 0.7
+    "07c_speculative_decoding": {"quiz_top_p_prob": lambda: next_token_probs(
+        torch.tensor([[0.5, 0.25, 0.15, 0.1]]).log(), top_p=0.7)[0, 0].item()},
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
