@@ -8,7 +8,8 @@ import re
 import pytest
 import torch
 
-from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.flash import flash_attention
 
 from book_support import ensure_built_book
 
@@ -22,9 +23,30 @@ def _unseen_directions() -> float:
     return 512 - int(torch.linalg.matrix_rank(w_k))
 
 
+def _tile_megabytes() -> float:
+    """MB of one tile of scores: 16,384 queries against 128 keys of 64 channels, float32."""
+    q = torch.empty(1, 1, 16384, 64, device="meta")
+    k = torch.empty(1, 1, 128, 64, device="meta")
+    _, tile = scaled_dot_product_attention(q, k, k)  # (1, 1, 16384, 128) weights
+    return tile.nbytes / 1e6
+
+
+def _flash_saved_bytes() -> float:
+    """Bytes flash_attention keeps for its backward pass beyond q, k, v (T = S = 1024,
+    D = Dv = 128, float32)."""
+    q, k, v = (torch.randn(1, 1, 1024, 128).requires_grad_() for _ in range(3))
+    with torch.enable_grad():
+        out = flash_attention(q, k, v)
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    return sum(t.nbytes for t in out.grad_fn.saved_tensors
+               if t.untyped_storage().data_ptr() not in inputs)
+
+
 # A numeric quiz's key name (``:key:``) -> the library call that computes it.
 KEYS = {
     "quiz_unseen_directions": _unseen_directions,
+    "quiz_tile_megabytes": _tile_megabytes,
+    "quiz_flash_saved_bytes": _flash_saved_bytes,
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
