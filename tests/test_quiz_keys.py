@@ -16,11 +16,15 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
 )
 from transformer_lib.cache import KVCache
+from transformer_lib.decoder import Decoder, DecoderConfig
 from transformer_lib.encoder_decoder import LabelSmoothingLoss, noam_lambda
 from transformer_lib.ffn import FeedForward, SwiGLU
+from transformer_lib.flash import flash_attention
 from transformer_lib.norms import RMSNorm
 from transformer_lib.positional import rope_frequencies, sinusoidal_encoding
 from transformer_lib.sampling import next_token_probs
+from transformer_lib.variants.linear import gated_delta_rule_recurrent
+from transformer_lib.variants.mla import MLAConfig, MultiHeadLatentAttention
 
 from book_support import ensure_built_book
 
@@ -106,6 +110,59 @@ def _kv_bytes_per_token() -> int:
     return KVCache(24, 1, 4, 1, 64, dtype=torch.float16).nbytes
 
 
+def _tile_megabytes() -> float:
+    """MB of one tile of scores: 16,384 queries against 128 keys of 64 channels, float32."""
+    q = torch.empty(1, 1, 16384, 64, device="meta")
+    k = torch.empty(1, 1, 128, 64, device="meta")
+    _, tile = scaled_dot_product_attention(q, k, k)  # (1, 1, 16384, 128) weights
+    return tile.nbytes / 1e6
+
+
+def _flash_saved_bytes() -> float:
+    """Bytes flash_attention keeps for its backward pass beyond q, k, v (T = S = 1024,
+    D = Dv = 128, float32)."""
+    q, k, v = (torch.randn(1, 1, 1024, 128).requires_grad_() for _ in range(3))
+    with torch.enable_grad():
+        out = flash_attention(q, k, v)
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    return sum(t.nbytes for t in out.grad_fn.saved_tensors
+               if t.untyped_storage().data_ptr() not in inputs)
+
+
+def _gqa_over_mla() -> float:
+    """Cache bytes per token and layer: GQA (32 heads of 128, 8 KV heads) over MLA
+    (d_c = 512, D_R = 64)."""
+    positions = 4096
+    gqa = DecoderConfig(vocab_size=32000, d_model=4096, n_layers=1, n_heads=32,
+                        n_kv_heads=8, d_ff=4 * 4096, max_seq_len=positions)
+    mla = MLAConfig(d_model=4096, n_heads=32, kv_lora_rank=512, qk_nope_head_dim=128,
+                    qk_rope_head_dim=64, v_head_dim=128, max_seq_len=positions)
+    with torch.device("meta"):
+        gqa_bytes = Decoder(gqa).new_cache(1).nbytes // positions
+        mla_bytes = MultiHeadLatentAttention(mla).new_cache(1).bytes_per_token
+    return gqa_bytes / mla_bytes
+
+
+def _gated_fraction() -> float:
+    """What Gated DeltaNet (beta = 1, alpha = 0.9) returns for the key e_0 after 10 more
+    tokens with keys orthogonal to it, as a multiple of the value written with e_0."""
+    keys = torch.zeros(1, 1, 11, 8, dtype=torch.float64)
+    keys[..., 0, 0] = 1.0
+    keys[..., 1:, 1:] = torch.randn(10, 7, dtype=torch.float64)
+    values = torch.randn(1, 1, 11, 4, dtype=torch.float64)
+    _, state = gated_delta_rule_recurrent(
+        keys, keys, values, torch.full((1, 1, 11), 0.9, dtype=torch.float64),
+        torch.ones(1, 1, 11, dtype=torch.float64))
+    v0 = values[0, 0, 0]
+    return float(state[0, 0, :, 0] @ v0 / (v0 @ v0))
+
+
+def _window_cache_megabytes() -> float:
+    """MB of a KV cache of 48 layers, 8 KV heads of 128, bfloat16, 1,024 positions kept."""
+    cache = KVCache(48, 1, 8, 1024, 128, dtype=torch.bfloat16, device="meta")
+    return cache.nbytes / 1e6
+
+
 # Page -> its numeric quizzes' key names (``:key:``) -> the library call that computes each.
 KEYS = {
     "00_setup": {"quiz_score_divisor": _setup_score_divisor},
@@ -136,6 +193,11 @@ KEYS = {
     # the likeliest of [0.5, 0.25, 0.15, 0.1] after top-p 0.7
     "07c_speculative_decoding": {"quiz_top_p_prob": lambda: next_token_probs(
         torch.tensor([[0.5, 0.25, 0.15, 0.1]]).log(), top_p=0.7)[0, 0].item()},
+    "08_fast_attention": {"quiz_tile_megabytes": _tile_megabytes},
+    "08b_measuring_fast_attention": {"quiz_flash_saved_bytes": _flash_saved_bytes},
+    "09_attention_variants": {"quiz_gqa_over_mla": _gqa_over_mla},
+    "09b_linear_attention": {"quiz_gated_fraction": _gated_fraction},
+    "09c_long_context": {"quiz_window_cache_megabytes": _window_cache_megabytes},
 }
 
 _FORM = re.compile(r'<form class="quiz quiz-number"[^>]*>')
