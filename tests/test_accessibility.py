@@ -77,6 +77,10 @@ def check_page(server, browser, axe, edition: str, docname: str, widths: tuple[s
         for width in widths:
             page.set_viewport_size(DESKTOP if width == "desktop" else PHONE)
             page.wait_for_timeout(300)  # the layout, and book.js's marks, after the resize
+            # book.js marks the boxes that scroll in the frame after a resize: wait for it
+            # (on a busy machine 300 ms was not always enough).
+            page.evaluate("""() => new Promise(done => requestAnimationFrame(
+                () => requestAnimationFrame(done)))""")
             found += [f"at {width}: {v}"
                       for v in _violations(axe, page, contrast=width == widths[0])]
         if edition != "en" and docname in CHAPTER_PAGES:

@@ -302,10 +302,12 @@ CUT_LABELS = """() => Array.from(document.querySelectorAll('.cell_output .widget
 PLACEHOLDERS = """() => Array.from(document.querySelectorAll(
         'script[type="application/vnd.jupyter.widget-view+json"]')).map(view => {
     const p = view.parentElement.querySelector('.explorer-placeholder');
-    const img = p && Array.from(p.querySelectorAll('img')).find(i => i.getClientRects().length);
+    const images = p ? Array.from(p.querySelectorAll('img')) : [];
+    const img = images.find(i => i.getClientRects().length);
     return {found: !!p, shown: !!p && p.getClientRects().length > 0,
-            set: img ? img.className : 'text',
-            described: !!p && (img ? (img.alt || '').length > 20 : p.textContent.trim().length > 0),
+            set: img ? img.className : images.length ? 'hidden' : 'text',
+            described: !!p && (images.length ? images.every(i => (i.alt || '').length > 20)
+                                             : p.textContent.trim().length > 0),
             loaded: !!p && (!img || img.naturalWidth > 0)};
 })"""
 

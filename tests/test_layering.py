@@ -1,8 +1,8 @@
 """The library's import rules are import-linter contracts in pyproject.toml
 (``[tool.importlinter]``): core (attention, recording, norms, positional, ffn, cache,
 validation, flash, sampling, variants) -> models (encoder_decoder, decoder, convert) ->
-teaching (tasks, stability, text, recall, measure, resources, plotting, widgets, checks),
-never upward; ``checks`` a leaf; core and models never import plotting, widgets or checks; and
+teaching (tasks, stability, text, recall, measure, resources, plotting, widgets, quiz,
+checks), never upward; ``checks`` a leaf; core and models never import plotting, widgets or checks; and
 no import circle between the modules of a package.
 
 Here: the contracts hold (``lint-imports``), every module has a layer (a contract does not ask

@@ -156,7 +156,7 @@ def test_student_copies_keep_questions_and_choices_without_keys(folder):
         markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
         assert "{quiz}" not in markdown and ":answer:" not in markdown, page
         assert not any("quiz-keys" in c["metadata"].get("tags", []) for c in cells), page
-        assert "glue(" not in "\n".join("".join(c["source"]) for c in cells), page
+        assert "quiz_key(" not in "\n".join("".join(c["source"]) for c in cells), page
         if folder == "exercises":
             flat = " ".join(markdown.split())  # a choice may wrap over indented lines
             for quiz_ in found:
@@ -175,7 +175,7 @@ def test_a_chapter_with_quizzes_has_a_numeric_one_and_its_keys_cell():
         assert len(keys) == 1 and "remove-cell" in keys[0]["metadata"]["tags"], page
         for quiz_ in found:
             if quiz_.numeric:
-                assert f'glue("{quiz_.options["key"]}"' in "".join(keys[0]["source"]), page
+                assert f'quiz_key("{quiz_.options["key"]}"' in "".join(keys[0]["source"]), page
 
 
 @pytest.mark.parametrize("folder", ["colab/chapters", "colab/zh/chapters"])
@@ -191,3 +191,27 @@ def test_colab_copies_fold_the_answer_and_the_feedback(folder):
                     assert f"`{quiz_.options['key']}`" in text
                 else:
                     assert "The answer is choice " + quiz_.options["answer"] in text
+
+
+def test_quiz_key_glues_in_the_book_prints_elsewhere_and_refuses_a_bad_key(monkeypatch, capsys):
+    """transformer_lib.quiz.quiz_key: glued where myst_nb is (the book build), printed where
+    it is not (Jupyter, Colab), and a key that no quiz could use is a clear ValueError."""
+    import sys
+    import types
+
+    from transformer_lib.quiz import quiz_key
+
+    glued = []
+    fake = types.ModuleType("myst_nb")
+    fake.glue = lambda name, value, display=True: glued.append((name, value, display))
+    monkeypatch.setitem(sys.modules, "myst_nb", fake)
+    assert quiz_key("quiz_half", 0.5) == 0.5
+    assert glued == [("quiz_half", 0.5, False)] and capsys.readouterr().out == ""
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # not installed
+    assert quiz_key("quiz_bytes", 24576) == 24576
+    assert capsys.readouterr().out == "quiz_bytes = 24576\n" and len(glued) == 1
+    for name, value, words in (("quiz half", 1.0, "identifier"), ("quiz_nan", float("nan"),
+                               "finite"), ("quiz_text", "3", "finite"), ("quiz_bool", True,
+                               "finite")):
+        with pytest.raises(ValueError, match=words):
+            quiz_key(name, value)

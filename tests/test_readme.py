@@ -45,13 +45,13 @@ def _title(path: Path) -> str:
 
 def _imported_modules(path: Path) -> set[str]:
     """The library modules a notebook imports (``variants`` for ``variants.mla``), the
-    checkers aside: every chapter imports those."""
+    checkers and the self-checks' keys (``quiz``) aside: every chapter imports those."""
     found = set()
     for node in import_nodes(path):
         names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""])
         found |= {n.split(".")[1] for n in names if n.startswith("transformer_lib.")}
-    return found - {"checks"}
+    return found - {"checks", "quiz"}
 
 
 def test_chapter_table_lists_every_chapter_with_its_title_and_the_modules_it_imports():

@@ -6,7 +6,8 @@ self-checks and its exercises.
     python tools/page_stats.py --max 4500   # exit 1 if a page (chapter 0 aside) is longer
 
 Prose is the Markdown cells' words, directives (exercises, admonitions, answers) included,
-code blocks, display math and directive options left out; a word is a run of letters (inline
+code blocks, display math, directive options and a quiz's feedback (shown one answer at a
+time) left out; a word is a run of letters (inline
 math's letters count, as a reader reads them). Visible code is the lines of code cells a
 reader sees (cells tagged ``remove-cell`` or ``remove-input`` are not shown). The opening is
 the "After this page you can" list (or "this chapter"); a self-check is a question under
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import quizzes
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -68,6 +70,9 @@ def measure(path: Path) -> Page:
             if "remove-cell" not in tags and "remove-input" not in tags:
                 page.code_lines += len(source.splitlines())
             continue
+        quiz = quizzes.parse(source)
+        if quiz is not None:  # its feedback is read one answer at a time: not counted
+            source = "\n\n".join([quiz.question, *(shown for shown, _ in quiz.answers)])
         # The words before a cell's first ## heading belong to the section above it.
         pieces = _HEADING.split(source)
         for index, piece in enumerate(pieces):
