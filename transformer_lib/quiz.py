@@ -14,7 +14,7 @@ from numbers import Real
 __all__ = ["quiz_key"]
 
 
-def quiz_key(name: str, value: Real) -> Real:
+def quiz_key(name: str, value: float) -> float:
     """Publish ``value`` as the key of the page's numeric quiz ``name`` and return it.
 
     Glued with ``myst_nb.glue(name, value, display=False)`` where myst-nb is installed (the
