@@ -85,7 +85,9 @@ book test check: export OMP_NUM_THREADS := 1
 
 # Test files are shared out between TEST_WORKERS processes (pytest-xdist), a whole file to one
 # worker so that a file's expensive fixtures (the Colab-like environment, the built book's
-# browser) are made once. Each kernel is single-threaded, so two workers fill two cores.
+# browser) are made once, the longest files first (tests/stage_times.py: LONGEST_FIRST, with
+# xdist's own reordering by number of tests turned off). Each kernel is single-threaded, so
+# two workers fill two cores.
 TEST_WORKERS ?= 2
 
 # The notebooks nbval executes again (cells must not raise; outputs are not compared, the
@@ -104,7 +106,7 @@ ifndef CI
 	@$(PY) tools/make_student.py
 	@$(PY) tools/exercise_page.py
 endif
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=12 $(NBVAL) tests $(NOTEBOOK_DIRS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=12 $(NBVAL) tests $(NOTEBOOK_DIRS)
 
 # ruff over the library, tools, benchmarks, tests and chapters (rules: [tool.ruff] in
 # pyproject.toml); the first step of `make check` and of `make test`.

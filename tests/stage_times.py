@@ -1,4 +1,5 @@
-"""The time each stage of the test run took, printed at the end of the run.
+"""The time each stage of the test run took, printed at the end of the run; and the order in
+which the test files are handed to the parallel workers, the longest first.
 
 A stage is a group of test files (``STAGES``): the Colab-like environment, Binder, the
 grader, the student copies, the browser, the notebooks under nbval, and so on. Its time is the
@@ -26,6 +27,24 @@ STAGES = (
 )
 LIBRARY = "library and tools"
 
+# The files that take longest, longest first (seconds of one worker, measured on the 2-core
+# machine). pytest-xdist's --dist loadfile hands whole files to the workers in collection
+# order (the Makefile turns off its own reordering by number of tests): the long files start
+# first and the run ends on short ones, not with one worker running Binder's environment
+# alone while the other waits. Then the notebooks under nbval (5-60 s each), then the rest.
+LONGEST_FIRST = (
+    "tests/test_browser.py",  # about 550 s: one load per page, every probe and the gate
+    "tests/test_colab.py",  # about 280 s: the Colab-like environment
+    "tests/test_browser_i18n.py",  # about 250 s
+    "tests/test_binder.py",  # about 180 s
+    "tests/test_student.py",  # about 100 s
+    "tests/test_gradescope.py",  # about 90 s
+    "tests/test_grade.py",  # about 75 s
+    "tests/test_browser_reading.py",  # about 40 s
+    "tests/test_i18n.py",  # about 35 s
+)
+NOTEBOOKS = ("chapters/", "appendix/")
+
 _seconds: dict[str, float] = defaultdict(float)
 
 
@@ -36,6 +55,18 @@ def stage_of(nodeid: str) -> str:
         if path.startswith(prefixes):
             return stage
     return LIBRARY
+
+
+def _rank(path: str) -> int:
+    if path in LONGEST_FIRST:
+        return LONGEST_FIRST.index(path)
+    return len(LONGEST_FIRST) + (0 if path.startswith(NOTEBOOKS) else 1)
+
+
+def pytest_collection_modifyitems(items):
+    """Files in the order of :data:`LONGEST_FIRST` (a stable sort: the tests of a file keep
+    their order)."""
+    items.sort(key=lambda item: _rank(str(PurePosixPath(item.nodeid.split("::", 1)[0]))))
 
 
 def pytest_runtest_logreport(report):

@@ -16,6 +16,13 @@ section starts within 1,350 px; the first screen of every chapter page (1366 × 
 390 × 844) shows its title, its lede, a picture and the first objective; the favicon is served; search snippets show no TeX; slider
 handles have a name and a 24 px touch target, and kernel-only controls are not shown.
 
+The accessibility gate (``axe_gate.py``): axe-core finds no serious or critical violation at
+1366 or at 390 px.
+
+Each page is loaded once (:func:`_crawl`): at 1366 px, then at 390 px, every probe of the
+tests above reading that load; only the tests of a single behaviour (the drawers, ☰, the
+clipped-math check, the favicon, search) load a page of their own.
+
 ``BOOK_HTML=/path/to/html`` runs these tests on a build made elsewhere (tests/book_support.py).
 
 Without Chromium or Playwright the test skips with the reason, except in CI (``CI`` set),
@@ -33,6 +40,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
+import axe_gate
 import pytest
 
 from book_support import (
@@ -46,9 +54,11 @@ from book_support import (
 
 pytestmark = [pytest.mark.browser, pytest.mark.book]
 
+# Every request off the machine goes to a proxy that is not there and fails (Chromium sends
+# the loopback addresses past any proxy); _Browser records them.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
+                 "--disable-quic", "--proxy-server=http://127.0.0.1:9"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # html-manager can log this when a Stack-linked control moves fast; the picture still updates.
 HARMLESS_CONSOLE = [re.compile(r"processLuminoMessage")]
@@ -106,18 +116,24 @@ class _Browser:
     def __init__(self, context):
         self.context = context
         self.outside: list[str] = []
-        context.route("**/*", self._route)
+        # Requests off the machine fail at Chromium's dead proxy (CHROMIUM_ARGS) and are
+        # recorded here. (Not Playwright's request routing: it turns the HTTP cache off and
+        # passes every request through Python, about 0.4 s more per page load.)
+        context.on("request", self._record)
 
-    def _route(self, route):
-        url = route.request.url
-        if urlparse(url).hostname in LOCAL_HOSTS:
-            route.continue_()
-        else:
-            self.outside.append(url)
-            route.abort()
+    def _record(self, request):
+        if request.url.startswith(("data:", "blob:")):  # made in the page, never sent
+            return
+        if urlparse(request.url).hostname not in LOCAL_HOSTS:
+            self.outside.append(request.url)
 
-    def open(self, url: str):
+    def open(self, url: str, viewport: dict | None = None):
+        """A new page at ``url`` (laid out at ``viewport`` from the start, when given), once
+        loaded and its formulas typeset; and the list its console errors, page errors and
+        failed requests are added to."""
         page = self.context.new_page()
+        if viewport:
+            page.set_viewport_size(viewport)
         problems: list[str] = []
 
         def on_console(msg):
@@ -277,19 +293,16 @@ def _tab_to_next_control(page, root) -> str | None:
 @pytest.mark.parametrize("docname", WIDGET_PAGES)
 def test_widget_controls_move_by_keyboard_and_change_the_picture(server, browser, docname):
     """From just before each widget, Tab through it: every slider and dropdown takes the focus
-    in turn, ArrowRight changes the picture, ArrowLeft puts it back."""
-    page, problems = browser.open(f"{server}/{docname}.html")
-    try:
-        drive_every_control(page)
-        assert not page.evaluate(CUT_LABELS), f"{docname}: control labels cut off"
-        stand_ins = page.evaluate(PLACEHOLDERS)
-        assert stand_ins and all(p["described"] and not p["shown"] for p in stand_ins), (
-            f"{docname}: each explorer's first picture is in the page, described, and gives "
-            f"way to the live explorer: {stand_ins}")
-        assert not problems, "\n".join(problems)
-        assert not browser.outside, f"requests that left the machine: {browser.outside}"
-    finally:
-        page.close()
+    in turn, ArrowRight changes the picture, ArrowLeft puts it back (the crawl's last part)."""
+    found = _crawl(server, docname, browser)["keyboard"]
+    assert found["error"] is None, found["error"]
+    assert not found["cut"], f"{docname}: control labels cut off: {found['cut']}"
+    stand_ins = found["placeholders"]
+    assert stand_ins and all(p["described"] and not p["shown"] for p in stand_ins), (
+        f"{docname}: each explorer's first picture is in the page, described, and gives "
+        f"way to the live explorer: {stand_ins}")
+    assert not found["problems"], "\n".join(found["problems"])
+    assert not found["outside"], f"requests that left the machine: {found['outside']}"
 
 
 # The description of a visible control whose text does not fit its box ("temperat…").
@@ -426,46 +439,6 @@ def first_screen_problems(found: dict, height: int) -> list[str]:
     problems += [f"{part} starts at {at} px" for part, at in found.items()
                  if at is not None and at + (FIRST_LINE if part == "objectives" else 0) > height]
     return problems
-
-
-@functools.lru_cache(maxsize=None)
-def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
-    """What the phone tests look at on one page, measured once per page (the page is loaded
-    once for all of them): at 390 px its width, its sliders' tracks and its pictures; then,
-    every folded block opened, the clipped formulas at each of ``PHONE_WIDTHS``."""
-    page, problems = browser.open(f"{base}/{docname}.html")
-    try:
-        page.set_viewport_size(PHONE)
-        if docname in WIDGET_PAGES:
-            _wait_for_widgets(page)
-        page.wait_for_timeout(300)  # layout after the resize
-        found = {}
-        found["scroll_width"], found["view_width"] = page.evaluate(
-            "() => [document.documentElement.scrollWidth, window.innerWidth]")
-        found["culprits"] = (page.evaluate(_SIDEWAYS_CULPRITS)
-                             if found["scroll_width"] > found["view_width"] else [])
-        found["tracks"] = page.eval_on_selector_all(
-            ".cell_output .widget-slider .noUi-target",
-            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().width)")
-        found["pictures"] = page.eval_on_selector_all(
-            ".cell_output img",
-            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
-        found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
-        found["shape_comments"] = page.evaluate(_SHAPE_COMMENTS)
-        if docname in WIDGET_PAGES:
-            found["explorers"] = _explorer_pictures(page)
-        found["problems_at_390"] = list(problems)
-        _unfold(page)
-        found["clipped"] = {}
-        for width in PHONE_WIDTHS:
-            _phone(page, width)
-            clipped = _clipped_math(page)
-            if clipped:
-                found["clipped"][width] = clipped
-        found["problems"] = list(problems)
-        return found
-    finally:
-        page.close()
 
 
 # Explorer pictures on show: which set each belongs to (the narrow frames for a phone, the
@@ -797,23 +770,97 @@ _DESKTOP_MEASURES = """() => {
 }"""
 
 
-@functools.lru_cache(maxsize=None)
 def _measure_on_a_desktop(base: str, docname: str, browser) -> dict:
-    """What the desktop tests look at on one page at 1366 × 900, measured once per page (the
-    page is loaded once for all of them)."""
-    page, problems = browser.open(f"{base}/{docname}.html")
+    """What the desktop tests look at on one page at 1366 × 900 (:func:`_crawl`)."""
+    return _crawl(base, docname, browser)["desktop"]
+
+
+def _measure_on_a_phone(base: str, docname: str, browser) -> dict:
+    """What the phone tests look at on one page at 390 px (:func:`_crawl`)."""
+    return _crawl(base, docname, browser)["phone"]
+
+
+def _failure(probe, *args) -> str | None:
+    """Run ``probe``; what made it fail (its assertion or error), or None."""
     try:
-        page.set_viewport_size(DESKTOP)
-        if docname in WIDGET_PAGES:
+        probe(*args)
+    except Exception as error:  # noqa: BLE001 - reported by the test that reads the crawl
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _crawl(base: str, docname: str, browser) -> dict:
+    """Load ``docname`` once and measure everything the page's tests look at, in one crawl
+    per width (the page is never loaded again for another test):
+
+    - ``desktop``, at 1366 × 900: the page scrolled through, its images, formulas, figures,
+      sideways boxes, first screen and explorers; the accessibility gate (``axe_gate``, every
+      rule); on a widget page its slider handles (``HANDLES_JS``);
+    - ``phone``, at 390 × 844: its width, slider tracks, pictures, first screen, shape
+      comments and explorers; the gate again (colour contrast aside: it does not change with
+      the width); then, every folded block opened, the clipped formulas at each of
+      ``PHONE_WIDTHS``;
+    - ``keyboard``, a widget page back at 1366 px: every control driven by the keyboard
+      (:func:`drive_every_control`), last, so that nothing it moves is measured.
+
+    Each part keeps the console errors and requests off the machine seen until its end."""
+    widgets = docname in WIDGET_PAGES
+    page, problems = browser.open(f"{base}/{docname}.html", viewport=DESKTOP)
+    try:
+        if widgets:
             _wait_for_widgets(page)
         _scroll_through(page)
         broken = _wait_for_images(page)
         page.wait_for_timeout(300)  # late console messages
-        found = page.evaluate(_DESKTOP_MEASURES) | page.evaluate(_PAGE_MEASURES)
-        found["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
-        if docname in WIDGET_PAGES:
-            found["explorers"] = _explorer_pictures(page)
-        found.update(broken=broken, problems=list(problems), outside=list(browser.outside))
+        desktop = page.evaluate(_DESKTOP_MEASURES) | page.evaluate(_PAGE_MEASURES)
+        desktop["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
+        if widgets:
+            desktop["explorers"] = _explorer_pictures(page)
+        desktop["axe"] = axe_gate.violations(page, problems=problems)
+        if widgets:
+            desktop["handles"] = page.evaluate(HANDLES_JS)
+        desktop.update(broken=broken, problems=list(problems), outside=list(browser.outside))
+
+        page.set_viewport_size(PHONE)
+        axe_gate.settle(page)
+        phone = {}
+        phone["scroll_width"], phone["view_width"] = page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]")
+        phone["culprits"] = (page.evaluate(_SIDEWAYS_CULPRITS)
+                             if phone["scroll_width"] > phone["view_width"] else [])
+        phone["tracks"] = page.eval_on_selector_all(
+            ".cell_output .widget-slider .noUi-target",
+            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().width)")
+        phone["pictures"] = page.eval_on_selector_all(
+            ".cell_output img",
+            "els => els.filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().right)")
+        phone["first_screen"] = page.evaluate(FIRST_SCREEN_JS)
+        if widgets:
+            phone["explorers"] = _explorer_pictures(page)
+        phone["axe"] = axe_gate.violations(page, contrast=False, problems=problems)
+        phone["shape_comments"] = page.evaluate(_SHAPE_COMMENTS)  # (opens the folds)
+        phone["problems_at_390"] = list(problems)
+        _unfold(page)
+        phone["clipped"] = {}
+        for width in PHONE_WIDTHS:
+            cdp = _phone(page, width)
+            clipped = _clipped_math(page)
+            if clipped:
+                phone["clipped"][width] = clipped
+        phone["problems"] = list(problems)
+        found = {"desktop": desktop, "phone": phone}
+
+        if widgets:
+            cdp.send("Emulation.clearDeviceMetricsOverride")
+            cdp.send("Emulation.setTouchEmulationEnabled", {"enabled": False})
+            page.set_viewport_size(DESKTOP)
+            page.wait_for_timeout(300)
+            seen = len(problems)
+            error = _failure(drive_every_control, page)
+            found["keyboard"] = {"error": error, "cut": page.evaluate(CUT_LABELS),
+                                 "placeholders": page.evaluate(PLACEHOLDERS),
+                                 "problems": problems[seen:], "outside": list(browser.outside)}
         return found
     finally:
         page.close()
@@ -864,6 +911,17 @@ def test_first_screen_shows_title_lede_picture_and_objectives_on_a_phone(server,
     assert not problems, f"{docname} at 390 × 844: {problems} ({found})"
 
 
+@pytest.mark.parametrize("docname", ALL_PAGES)
+def test_no_serious_accessibility_violation(server, browser, docname):
+    """axe-core at 1366 and at 390 px: no violation of impact "serious" or "critical" (colour
+    contrast at 1366 px only; ``axe_gate.py``)."""
+    crawl = _crawl(server, docname, browser)
+    found = {width: crawl[width]["axe"] for width in ("desktop", "phone")}
+    if None in found.values():
+        _missing(axe_gate.MISSING)
+    assert not any(found.values()), f"{docname}: {found}"
+
+
 def test_pages_have_a_favicon_that_is_served(server, browser):
     """Every page names an icon (the tab's, the bookmark's), and the server has it. (Fetched
     outside the page: Playwright's request routing does not pass icon requests on.)"""
@@ -902,50 +960,48 @@ def test_search_snippets_show_no_tex(server, browser):
         page.close()
 
 
+# Slider handles on a widget page (the desktop crawl): how many, how many without a name, those
+# a finger within 12 px of the centre misses, controls that need a kernel, "null" tooltips.
+HANDLES_JS = """() => {
+    const handles = Array.from(document.querySelectorAll('.widget-slider .noUi-handle'))
+        .filter(h => h.getClientRects().length);
+    const unnamed = handles.filter(h => !(h.getAttribute('aria-label') || '').trim());
+    const small = [];
+    for (const h of handles) {
+        h.scrollIntoView({block: 'center'});
+        const r = h.getBoundingClientRect();
+        const x = r.left + r.width / 2, y = r.top + r.height / 2;
+        for (const [dx, dy] of [[-11, 0], [11, 0], [0, -11], [0, 11]]) {
+            const hit = document.elementFromPoint(x + dx, y + dy);
+            if (!hit || !h.contains(hit)) {
+                small.push(`${h.getAttribute('aria-label')} at ${dx},${dy}`);
+                break;
+            }
+        }
+    }
+    // What says it needs a kernel, or is a button or a text box: shown, it does nothing.
+    const kernelOnly = Array.from(document.querySelectorAll(
+            '.cell_output .widget-button, .cell_output .widget-text input'))
+        .filter(e => e.getClientRects().length).map(e => e.textContent || e.placeholder)
+        .concat(Array.from(document.querySelectorAll('.cell_output .widget-vbox'))
+            .filter(e => e.getClientRects().length)  // (innerText of a hidden box: all)
+            .map(e => (e.innerText.match(/[^\\n]*needs a (running )?kernel[^\\n]*/i)
+                       || [])[0])
+            .filter(Boolean));
+    return {handles: handles.length, unnamed: unnamed.length, small, kernelOnly,
+            nullTitles:
+                document.querySelectorAll('.jupyter-widgets [title="null"]').length};
+}"""
+
+
 @pytest.mark.parametrize("docname", WIDGET_PAGES)
 def test_slider_handles_are_named_and_easy_to_touch(server, browser, docname):
     """Every slider handle has an accessible name, no label shows the tooltip "null", a finger
     within 12 px of a handle's centre (a 24 px target, WCAG 2.5.8) reaches it, and the
-    controls that need a kernel are not shown in the static book."""
-    page, problems = browser.open(f"{server}/{docname}.html")
-    try:
-        _wait_for_widgets(page)
-        page.wait_for_timeout(300)
-        found = page.evaluate("""() => {
-            const handles = Array.from(document.querySelectorAll('.widget-slider .noUi-handle'))
-                .filter(h => h.getClientRects().length);
-            const unnamed = handles.filter(h => !(h.getAttribute('aria-label') || '').trim());
-            const small = [];
-            for (const h of handles) {
-                h.scrollIntoView({block: 'center'});
-                const r = h.getBoundingClientRect();
-                const x = r.left + r.width / 2, y = r.top + r.height / 2;
-                for (const [dx, dy] of [[-11, 0], [11, 0], [0, -11], [0, 11]]) {
-                    const hit = document.elementFromPoint(x + dx, y + dy);
-                    if (!hit || !h.contains(hit)) {
-                        small.push(`${h.getAttribute('aria-label')} at ${dx},${dy}`);
-                        break;
-                    }
-                }
-            }
-            // What says it needs a kernel, or is a button or a text box: shown, it does nothing.
-            const kernelOnly = Array.from(document.querySelectorAll(
-                    '.cell_output .widget-button, .cell_output .widget-text input'))
-                .filter(e => e.getClientRects().length).map(e => e.textContent || e.placeholder)
-                .concat(Array.from(document.querySelectorAll('.cell_output .widget-vbox'))
-                    .filter(e => e.getClientRects().length)  // (innerText of a hidden box: all)
-                    .map(e => (e.innerText.match(/[^\\n]*needs a (running )?kernel[^\\n]*/i)
-                               || [])[0])
-                    .filter(Boolean));
-            return {handles: handles.length, unnamed: unnamed.length, small, kernelOnly,
-                    nullTitles:
-                        document.querySelectorAll('.jupyter-widgets [title="null"]').length};
-        }""")
-        assert found["handles"] > 0
-        assert found["unnamed"] == 0, f"{found['unnamed']} slider handles without a name"
-        assert found["nullTitles"] == 0, "widget labels with the tooltip 'null'"
-        assert not found["small"], f"handles under a 24 px touch target: {found['small']}"
-        assert not found["kernelOnly"], f"kernel-only controls shown: {found['kernelOnly']}"
-        assert not problems, "\n".join(problems)
-    finally:
-        page.close()
+    controls that need a kernel are not shown in the static book (the desktop crawl)."""
+    found = _measure_on_a_desktop(server, docname, browser)["handles"]
+    assert found["handles"] > 0
+    assert found["unnamed"] == 0, f"{found['unnamed']} slider handles without a name"
+    assert found["nullTitles"] == 0, "widget labels with the tooltip 'null'"
+    assert not found["small"], f"handles under a 24 px touch target: {found['small']}"
+    assert not found["kernelOnly"], f"kernel-only controls shown: {found['kernelOnly']}"
