@@ -46,6 +46,27 @@ def edition_of(config: Any) -> tuple[dict, bool]:
     return entries[0], False
 
 
+def load_catalog(path: Path) -> dict[str, str]:
+    """The finished translations of a catalog: neither empty nor fuzzy."""
+    from babel.messages.pofile import read_po
+
+    if not path.exists():
+        return {}
+    with path.open("rb") as f:
+        return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+
+
+def edition_catalog(app: Sphinx, name: str) -> dict[str, str]:
+    """The finished translations of the catalog ``name`` (e.g. ``"quiz.po"``) in this build's
+    edition, from every folder of ``locale_dirs``; none in the source edition."""
+    _, translated = edition_of(app.config)
+    found: dict[str, str] = {}
+    for folder in app.config.locale_dirs if translated else ():
+        found.update(load_catalog(Path(app.srcdir) / folder / app.config.language
+                                  / "LC_MESSAGES" / name))
+    return found
+
+
 def _root_of(entry: dict) -> str:
     """The edition's root seen from the source edition's root (``""``, ``"zh/"``)."""
     return f"{entry['folder']}/" if entry.get("folder") else ""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 STATE_TYPE = "application/vnd.jupyter.widget-state+json"
@@ -102,16 +101,6 @@ def page_state(html: str) -> dict[str, Any] | None:
     return json.loads(html[start:html.index("</script>", start)])
 
 
-def load_catalog(path: Path) -> dict[str, str]:
-    """The finished translations of a catalog: neither empty nor fuzzy."""
-    from babel.messages.pofile import read_po
-
-    if not path.exists():
-        return {}
-    with path.open("rb") as f:
-        return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
-
-
 def _translate_page(app: Any, pagename: str, templatename: str, context: dict,
                     doctree: Any) -> None:
     translations = getattr(app, "i18n_widget_translations", None)
@@ -129,13 +118,9 @@ def _translate_page(app: Any, pagename: str, templatename: str, context: dict,
 
 def _load(app: Any) -> None:
     """The translations of this edition's explorers' words (none in the source edition)."""
-    from i18n_editions import edition_of
+    from i18n_editions import edition_catalog
 
-    _, translated = edition_of(app.config)
-    app.i18n_widget_translations = {}
-    for folder in app.config.locale_dirs if translated else ():
-        path = Path(app.srcdir) / folder / app.config.language / "LC_MESSAGES" / CATALOG
-        app.i18n_widget_translations.update(load_catalog(path))
+    app.i18n_widget_translations = edition_catalog(app, CATALOG)
 
 
 def setup(app: Any) -> dict:

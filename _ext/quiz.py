@@ -292,32 +292,20 @@ def add_assets(app: Sphinx, pagename: str, templatename: str, context: dict,
 
 # ---- translations -----------------------------------------------------------------------
 
-def load_catalog(path: Path) -> dict[str, str]:
-    """The finished translations of a catalog: neither empty nor fuzzy."""
-    from babel.messages.pofile import read_po
-
-    if not path.exists():
-        return {}
-    with path.open("rb") as f:
-        return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
-
-
 def words(catalogs: Path | None) -> dict[str, str]:
     """``UI_STRINGS`` in a language, from its folder of catalogs (``locales/<code>/
     LC_MESSAGES``); English where there is no translation, or no folder."""
+    from i18n_editions import load_catalog
+
     found = load_catalog(catalogs / CATALOG) if catalogs is not None else {}
     return {name: found.get(text, text) for name, text in UI_STRINGS.items()}
 
 
 def _load(app: Sphinx) -> None:
     """This edition's translations of the quiz's words (none in the source edition)."""
-    from i18n_editions import edition_of
+    from i18n_editions import edition_catalog
 
-    _, translated = edition_of(app.config)
-    app.quiz_translations = {}
-    for folder in app.config.locale_dirs if translated else ():
-        path = Path(app.srcdir) / folder / app.config.language / "LC_MESSAGES" / CATALOG
-        app.quiz_translations.update(load_catalog(path))
+    app.quiz_translations = edition_catalog(app, CATALOG)
 
 
 def setup(app: Sphinx) -> dict:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FIRST_PICTURE = """() => {
     const shown = e => e.getClientRects().length && e.getBoundingClientRect().height > 20;
-    return Array.from(document.querySelectorAll('.cell_output img.explorer-placeholder, '
+    return Array.from(document.querySelectorAll('.cell_output .explorer-placeholder img, '
         + '.cell_output .widget-image, .cell_output .explorer-frame')).some(shown);
 }"""
 FIRST_CONTROL = """() => Array.from(document.querySelectorAll(

@@ -7,13 +7,14 @@ Builds every edition (``book_languages`` in ``_config.yml``) with ``jupyter-book
 edition is built into ``_build/html``, every notebook executed into an execute cache emptied
 first (so a change in ``transformer_lib`` alone shows up), as many at once as there are cores
 (``tools/execute_notebooks.py``); each translated edition (its config
-from ``tools/i18n/editions.py``: the translations of ``locales/<code>``) is then built from the
-same notebooks, reusing the executed ones from the cache, and copied to
-``_build/html/<folder>``. ``--edition en`` builds the English one alone; ``--edition zh`` (a
-translated edition's folder) that one alone, from the last English build's cache (after a
-change to the translations only; it leaves ``_build/book.ok`` as it was). The
-whole output goes to ``_build/book.log``. On success ``_build/book.ok`` is written (the book
-tests reuse a build that is newer than its sources) and the time each edition took is printed.
+from ``tools/i18n/editions.py``: the translations of ``locales/<code>``) is built from the
+same notebooks, reusing the executed ones from the cache, at the same time as the English
+one, and copied to ``_build/html/<folder>``. ``--edition en`` builds the English one
+alone; ``--edition zh`` (a translated edition's folder) that one alone, from the last English
+build's cache (after a change to the translations only; it leaves ``_build/book.ok`` as it
+was). The whole output goes to ``_build/book.log``. On success ``_build/book.ok`` is written
+(the book tests reuse a build that is newer than its sources) and the time each edition took
+is printed.
 On failure the script prints the Sphinx warnings and errors, the notebook that failed with
 its cell and error, the end of the log, and where the full log and the execution reports are,
 then exits with the build's status. ``make book`` runs it.
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from execute_notebooks import execute_into_cache
@@ -148,58 +150,50 @@ def serve_edition_notebooks(html: Path, notebooks: Path) -> int:
     return count
 
 
-def build_source() -> int:
-    """Build the source edition into ``_build/html``, every notebook executed into an
-    emptied execute cache that the translated editions then reuse; log to ``LOG`` (afresh).
-
-    Returns:
-        The build's exit status.
-    """
+def _execute() -> None:
+    """Execute every notebook into an emptied execute cache (all cores), which every edition's
+    build then reads; the log ``LOG`` is started afresh."""
     shutil.rmtree(editions.CACHE, ignore_errors=True)  # every notebook executed once, afresh
     print(f"Building the book: every notebook is executed (log: {LOG})", flush=True)
     start = time.monotonic()
     LOG.write_text("", encoding="utf-8")
     execute_into_cache(editions.CACHE, output=LOG)  # all cores; a failure: see the build
     print(f"Notebooks executed in {time.monotonic() - start:.0f} s", flush=True)
-    source = languages.source()
-    config = editions.write(source.edition, CONFIGS / f"{source.edition}.yml")
-    status = _run([*BUILD_ARGS, "--config", str(config)], LOG, "a")
-    if status == 0:
-        print(f"{source.label} edition built in {time.monotonic() - start:.0f} s: {INDEX}",
-              flush=True)
-    return status
 
 
-def build_translation(language: languages.Language, log_mode: str) -> int:
-    """Build one translated edition from the source edition's executed notebooks and publish
-    it in ``_build/html/<folder>`` with its own notebooks as downloads.
-
-    Args:
-        language: the edition's language.
-        log_mode: ``"a"`` to append to ``LOG``, ``"w"`` to start it.
+def _sphinx(language: languages.Language, log_path: Path) -> tuple[int, float]:
+    """Build ``language``'s edition from the execute cache, its output in ``log_path``:
+    the source edition into ``_build/html``, a translation into ``BUILD / <folder>``.
 
     Returns:
-        The build's exit status.
+        The build's exit status and how long it took (s).
     """
     start = time.monotonic()
     config = editions.write(language.edition, CONFIGS / f"{language.edition}.yml")
-    out = BUILD / language.folder
-    status = _run([*BUILD_ARGS, "--config", str(config), "--path-output", str(out)],
-                  LOG, log_mode)
-    if status != 0:
-        return status
+    args = [*BUILD_ARGS, "--config", str(config)]
+    if language != languages.source():
+        args += ["--path-output", str(BUILD / language.folder)]
+    log_path.write_text("", encoding="utf-8")
+    return _run(args, log_path, "a"), time.monotonic() - start
+
+
+def _publish(language: languages.Language) -> None:
+    """Copy a translated edition to ``_build/html/<folder>``, its own notebooks as the pages'
+    downloads."""
     published = INDEX.parent / language.folder
     shutil.rmtree(published, ignore_errors=True)
-    shutil.copytree(out / "_build" / "html", published)
+    shutil.copytree(BUILD / language.folder / "_build" / "html", published)
     serve_edition_notebooks(published, ROOT / language.folder)
-    print(f"{language.label} edition ({language.code}) built in "
-          f"{time.monotonic() - start:.0f} s: {published / INDEX.name}", flush=True)
-    return 0
 
 
 def build(chosen: tuple[str, ...] | None = None) -> int:
     """Run the builds, log to ``LOG``, write ``OK`` on success; returns the first failing
     build's exit status, else 0.
+
+    The editions' Sphinx builds run at the same time (each is one process, and they only
+    read the execute cache): on two cores the translated edition's build no longer waits for
+    the English one. Each writes a log of its own, appended to ``LOG`` in order at the end;
+    a translation is published into ``_build/html/<folder>`` once every build has finished.
 
     Args:
         chosen: editions by name (``Language.edition``: ``"en"``, ``"zh"``), default every
@@ -210,23 +204,32 @@ def build(chosen: tuple[str, ...] | None = None) -> int:
     every = tuple(language.edition for language in languages.languages())
     chosen = every if chosen is None else chosen
     BUILD.mkdir(exist_ok=True)
-    source = every[0]
-    if source in chosen:
+    source = languages.source()
+    if source.edition in chosen:
         OK.unlink(missing_ok=True)
-        status = build_source()
-        if status != 0:
-            return _failed(status)
+        _execute()
     elif not editions.CACHE.exists():
         print("a translated edition reuses the English one's executed notebooks: build both "
               "(make book) first")
         return 2
-    log_mode = "a" if source in chosen else "w"
-    for language in languages.translations():
-        if language.edition in chosen:
-            status = build_translation(language, log_mode)
-            if status != 0:
-                return _failed(status)
-            log_mode = "a"
+    else:
+        LOG.write_text("", encoding="utf-8")
+    builds = [language for language in languages.languages() if language.edition in chosen]
+    logs = [BUILD / f"book.{language.edition}.log" for language in builds]
+    with ThreadPoolExecutor(max_workers=len(builds)) as pool:
+        results = list(pool.map(_sphinx, builds, logs))
+    with LOG.open("a", encoding="utf-8") as log:
+        for part in logs:
+            log.write(part.read_text(encoding="utf-8", errors="replace"))
+            part.unlink()
+    for language, (status, seconds) in zip(builds, results):
+        if status != 0:
+            return _failed(status)
+        if language != source:
+            _publish(language)
+        where = INDEX if language == source else INDEX.parent / language.folder / INDEX.name
+        code = "" if language == source else f" ({language.code})"
+        print(f"{language.label} edition{code} built in {seconds:.0f} s: {where}", flush=True)
     if set(chosen) == set(every):
         OK.touch()
     return 0
