@@ -142,6 +142,8 @@ def _crawl(base: str, code: str, docname: str, browser) -> dict:
                     f"at {size['width']} px: {problem}" for problem in
                     first_screen_problems(page.evaluate(FIRST_SCREEN_JS), size["height"])]
         page.set_viewport_size(DESKTOP)
+        axe_gate.settle(page)
+        page.wait_for_timeout(600)  # the theme slides the sidebar in after the resize
         if language.script and docname in SAMPLE:
             found["characters"] = _failure(_draws_every_character, page, language)
             page.wait_for_timeout(300)  # late console messages
